@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+from django.contrib import admin, messages
+
+from . import keys
+from .models import Action, Agent, ApiKey
+
+
+class ApiKeyInline(admin.TabularInline):
+    model = ApiKey
+    fields = ("prefix", "label", "created_at", "last_used_at", "revoked_at")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Agent)
+class AgentAdmin(admin.ModelAdmin):
+    list_display = ("name", "is_active", "created_at")
+    search_fields = ("name",)
+    inlines = [ApiKeyInline]
+    actions = ["issue_key"]
+
+    @admin.action(description="Issue a new key (shown once)")
+    def issue_key(self, request, queryset):
+        for agent in queryset:
+            _, raw = keys.create_agent_key(agent, by=f"admin:{request.user.get_username()}")
+            self.message_user(
+                request, f"New key for {agent.name} (shown once): {raw}", messages.WARNING
+            )
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    list_display = (
+        "prefix",
+        "kind",
+        "agent",
+        "user",
+        "label",
+        "created_at",
+        "last_used_at",
+        "revoked_at",
+    )
+    list_filter = ("kind",)
+    readonly_fields = (
+        "kind",
+        "agent",
+        "user",
+        "prefix",
+        "created_at",
+        "last_used_at",
+        "revoked_at",
+    )
+    fields = readonly_fields + ("label",)
+    actions = ["revoke"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.action(description="Revoke the selected keys")
+    def revoke(self, request, queryset):
+        for key in queryset:
+            keys.revoke_key(key, by=f"admin:{request.user.get_username()}")
+        self.message_user(request, f"Revoked {queryset.count()} key(s).")
+
+
+@admin.register(Action)
+class ActionAdmin(admin.ModelAdmin):
+    """Read-only: every change to an action goes through approvals.services."""
+
+    list_display = ("id", "kind", "title", "agent", "status", "created_at", "expires_at")
+    list_filter = ("status", "kind")
+    search_fields = ("id", "title", "idempotency_key")
+    list_select_related = ("agent",)
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

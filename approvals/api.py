@@ -1,0 +1,316 @@
+"""REST adapter (django-ninja): parse, call a service, shape the answer."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from datetime import datetime
+from typing import Literal
+
+from django.db.models import Q
+from django.http import HttpRequest
+from ninja import Field, NinjaAPI, Query, Router, Schema
+from ninja.errors import AuthenticationError, ValidationError
+from ninja.security import HttpBearer
+
+from audit import log as audit_log
+from audit.models import AuditEvent
+
+from . import keys, services
+from .errors import Forbidden, ImpriError, InvalidInput
+from .models import Action
+from .presenters import action_out, decision_out
+from .schemas import (
+    ActionIn,
+    ActionOut,
+    ActionPage,
+    CancelIn,
+    DecisionIn,
+    DecisionOut,
+    ErrorOut,
+    RejectIn,
+    ResultIn,
+)
+
+
+class KeyAuth(HttpBearer):
+    def authenticate(self, request: HttpRequest, token: str) -> keys.Principal | None:
+        return keys.authenticate(token)
+
+
+api = NinjaAPI(
+    title="Impri",
+    version="1",
+    description="Human approval for the actions of AI agents.",
+    urls_namespace="api",
+    auth=KeyAuth(),
+)
+router = Router(tags=["actions"])
+
+ERRORS = {401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 422: ErrorOut, 429: ErrorOut}
+
+
+# --- Error mapping (once for the whole API) ------------------------------------
+
+
+@api.exception_handler(ImpriError)
+def _domain_error(request, exc: ImpriError):
+    return api.create_response(request, exc.as_dict(), status=exc.status_code)
+
+
+@api.exception_handler(AuthenticationError)
+def _auth_error(request, exc):
+    return api.create_response(
+        request,
+        {
+            "detail": "missing, unknown or revoked key: send Authorization: Bearer <key>",
+            "code": "not_authenticated",
+        },
+        status=401,
+    )
+
+
+@api.exception_handler(ValidationError)
+def _validation_error(request, exc: ValidationError):
+    problems = [_describe(error) for error in exc.errors]
+    first = problems[0] if problems else {"field": "body", "message": "invalid input"}
+    return api.create_response(
+        request,
+        {
+            "detail": "; ".join(f"{p['field']}: {p['message']}" for p in problems),
+            "code": "invalid",
+            "field": first["field"],
+            "errors": problems,
+        },
+        status=422,
+    )
+
+
+def _describe(error: dict) -> dict:
+    loc = [str(part) for part in error.get("loc", ())]
+    # ninja prefixes ("body", "<param>") or ("query",); callers know the fields, not our params.
+    if loc[:1] == ["body"]:
+        loc = loc[2:]
+    elif loc[:1] in (["query"], ["path"], ["header"]):
+        loc = loc[1:]
+    message = error.get("msg", "invalid")
+    if message.startswith("Value error, "):
+        message = message[len("Value error, ") :]
+        field, sep, rest = message.partition(": ")
+        if sep and " " not in field and not loc:
+            return {"field": field, "message": rest}
+    return {"field": ".".join(loc) or "body", "message": message}
+
+
+# --- Helpers ------------------------------------------------------------------
+
+
+def _agent(request):
+    principal: keys.Principal = request.auth
+    if principal.agent is None:
+        raise Forbidden("this endpoint needs an agent key; a reviewer token cannot act as an agent")
+    return principal.agent
+
+
+def _reviewer(request):
+    principal: keys.Principal = request.auth
+    if principal.user is None:
+        raise Forbidden(
+            "agent keys can never decide or read the audit log; a reviewer token is needed"
+        )
+    return principal.user
+
+
+def _base(request: HttpRequest) -> str:
+    return request.build_absolute_uri("/")
+
+
+def _read(request, action_id: str) -> Action:
+    principal: keys.Principal = request.auth
+    if principal.agent is not None:
+        return services.get_action_for_agent(action_id, principal.agent)
+    return services.get_action_for_reviewer(action_id, principal.user)
+
+
+# --- Agent endpoints ---------------------------------------------------------------
+
+
+@router.post("/actions", response={200: ActionOut, 201: ActionOut, **ERRORS})
+def push_action(request, data: ActionIn):
+    """Propose an action. 201 when created, 200 with the same body when an Idempotency-Key is replayed."""
+    header_key = request.headers.get("Idempotency-Key")
+    if header_key is not None and not 1 <= len(header_key) <= 200:
+        raise InvalidInput("Idempotency-Key", "must be 1 to 200 characters")
+    action, created = services.push_action(_agent(request), data, idempotency_key=header_key)
+    return (201 if created else 200), action_out(action, _base(request))
+
+
+@router.get("/actions/{action_id}", response={200: ActionOut, **ERRORS})
+def get_action(request, action_id: str):
+    return action_out(_read(request, action_id), _base(request))
+
+
+@router.get("/actions/{action_id}/decision", response={200: DecisionOut, **ERRORS})
+async def await_decision(request, action_id: str, timeout_s: float = Query(0, ge=0)):
+    """Long-poll: answers as soon as the action is decided, else with status pending after timeout_s."""
+    principal: keys.Principal = request.auth
+    if principal.agent is None:
+        raise Forbidden("only the agent that pushed an action can await its decision")
+    action = await services.await_decision(action_id, agent=principal.agent, timeout_s=timeout_s)
+    return decision_out(action)
+
+
+@router.post("/actions/{action_id}/result", response={200: ActionOut, **ERRORS})
+def report_result(request, action_id: str, data: ResultIn):
+    action = services.report_result(
+        action_id, agent=_agent(request), status=data.status, detail=data.detail
+    )
+    return action_out(action, _base(request))
+
+
+@router.post("/actions/{action_id}/cancel", response={200: ActionOut, **ERRORS})
+def cancel_action(request, action_id: str, data: CancelIn | None = None):
+    reason = data.reason if data else ""
+    return action_out(
+        services.cancel_action(action_id, agent=_agent(request), reason=reason), _base(request)
+    )
+
+
+class ListFilters(Schema):
+    status: (
+        Literal["pending", "approved", "rejected", "expired", "cancelled", "executed", "failed"]
+        | None
+    ) = None
+    kind: str | None = None
+    agent: str | None = None
+    cursor: str | None = None
+    limit: int = Field(50, ge=1, le=200)
+
+
+@router.get("/actions", response={200: ActionPage, **ERRORS})
+def list_actions(request, filters: Query[ListFilters]):
+    """Newest first. Agents see their own actions; reviewers those routed to their groups."""
+    principal: keys.Principal = request.auth
+    if principal.agent is not None:
+        qs = Action.objects.filter(agent=principal.agent)
+    else:
+        qs = Action.objects.visible_to_reviewer(principal.user)
+    if filters.status:
+        qs = qs.with_effective_status(filters.status)
+    if filters.kind:
+        qs = qs.filter(kind=filters.kind)
+    if filters.agent:
+        qs = qs.filter(agent__name=filters.agent)
+    if filters.cursor:
+        created_at, last_id = _decode_cursor(filters.cursor)
+        qs = qs.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=last_id))
+    page = list(
+        qs.select_related("agent", "decided_by_user").order_by("-created_at", "-id")[
+            : filters.limit + 1
+        ]
+    )
+    more = len(page) > filters.limit
+    page = page[: filters.limit]
+    base = _base(request)
+    return {
+        "items": [action_out(action, base) for action in page],
+        "next_cursor": _encode_cursor(page[-1]) if more else None,
+    }
+
+
+def _encode_cursor(action: Action) -> str:
+    return base64.urlsafe_b64encode(
+        f"{action.created_at.isoformat()}|{action.pk}".encode()
+    ).decode()
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        created, _, action_id = base64.urlsafe_b64decode(cursor.encode()).decode().partition("|")
+        return datetime.fromisoformat(created), action_id
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise InvalidInput("cursor", "is not a cursor returned by this endpoint") from None
+
+
+# --- Reviewer endpoints ---------------------------------------------------------------
+
+
+@router.post("/actions/{action_id}/approve", response={200: ActionOut, **ERRORS})
+def approve(request, action_id: str, data: DecisionIn | None = None):
+    data = data or DecisionIn()
+    action = services.decide(
+        action_id, by=_reviewer(request), verdict="approve", edits=data.edits, note=data.note
+    )
+    return action_out(action, _base(request))
+
+
+@router.post("/actions/{action_id}/reject", response={200: ActionOut, **ERRORS})
+def reject(request, action_id: str, data: RejectIn | None = None):
+    note = data.note if data else ""
+    action = services.decide(action_id, by=_reviewer(request), verdict="reject", note=note)
+    return action_out(action, _base(request))
+
+
+audit_router = Router(tags=["audit"])
+
+
+class AuditEventOut(Schema):
+    seq: int
+    at: datetime
+    actor_type: str
+    actor_id: str
+    action_id: str
+    event: str
+    data: dict
+    prev_hash: str
+    hash: str
+
+
+class AuditPage(Schema):
+    items: list[AuditEventOut]
+    next_after: int | None
+
+
+class VerificationOut(Schema):
+    ok: bool
+    checked: int
+    first_broken_seq: int | None
+    problem: str
+
+
+@audit_router.get("", response={200: AuditPage, **ERRORS})
+def list_audit(
+    request,
+    action_id: str | None = None,
+    after: int = Query(0, ge=0),
+    limit: int = Query(100, ge=1, le=1000),
+):
+    """Audit events in chain order. Without action_id, only staff may read the whole log."""
+    user = _reviewer(request)
+    if action_id:
+        services.get_action_for_reviewer(action_id, user)
+        qs = AuditEvent.objects.for_action(action_id)
+    elif user.is_staff:
+        qs = AuditEvent.objects.all()
+    else:
+        raise Forbidden("reading the whole audit log needs a staff account; pass action_id")
+    events = list(qs.filter(seq__gt=after).order_by("seq")[: limit + 1])
+    more = len(events) > limit
+    events = events[:limit]
+    return {"items": events, "next_after": events[-1].seq if more else None}
+
+
+@audit_router.get("/verify", response={200: VerificationOut, **ERRORS})
+def verify_audit(request):
+    _reviewer(request)
+    result = audit_log.verify()
+    return {
+        "ok": result.ok,
+        "checked": result.checked,
+        "first_broken_seq": result.first_broken_seq,
+        "problem": result.problem,
+    }
+
+
+api.add_router("/", router)
+api.add_router("/audit", audit_router)

@@ -1,0 +1,77 @@
+"""Domain errors raised by the service layer and mapped once per adapter.
+
+Each carries the HTTP status that REST answers with; the MCP adapter turns the
+same errors into tool errors with the same message.
+"""
+
+from __future__ import annotations
+
+
+class ImpriError(Exception):
+    status_code = 400
+    code = "error"
+
+    def __init__(self, message: str, *, field: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+    def as_dict(self) -> dict:
+        body: dict = {"detail": self.message, "code": self.code}
+        if self.field:
+            body["field"] = self.field
+        return body
+
+
+class InvalidInput(ImpriError):
+    status_code = 422
+    code = "invalid"
+
+    def __init__(self, field: str, problem: str):
+        super().__init__(f"{field}: {problem}", field=field)
+
+
+class NotAuthenticated(ImpriError):
+    status_code = 401
+    code = "not_authenticated"
+
+
+class Forbidden(ImpriError):
+    status_code = 403
+    code = "forbidden"
+
+
+class ActionNotFound(ImpriError):
+    status_code = 404
+    code = "not_found"
+
+    def __init__(self, action_id: str):
+        super().__init__(f"no action {action_id!r} is visible to you")
+
+
+class Conflict(ImpriError):
+    status_code = 409
+    code = "conflict"
+
+
+class ActionNotPending(Conflict):
+    code = "not_pending"
+
+    def __init__(self, action_id: str, status: str):
+        super().__init__(
+            f"action {action_id} is {status}, not pending: it can no longer be decided or cancelled"
+        )
+        self.status = status
+
+
+class IdempotencyConflict(Conflict):
+    code = "idempotency_conflict"
+
+
+class ResultConflict(Conflict):
+    code = "result_conflict"
+
+
+class RateLimited(ImpriError):
+    status_code = 429
+    code = "rate_limited"

@@ -1,0 +1,136 @@
+"""Agent keys and reviewer tokens: created, shown once, stored hashed, revocable."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.core.cache import cache
+from django.db import transaction
+from django.utils import timezone
+
+from audit import log as audit
+from audit.models import ActorType
+
+from .errors import RateLimited
+from .models import Agent, ApiKey, hash_key, random_base62
+
+SECRET_CHARS = 40  # about 238 bits
+PREFIX_CHARS = 6
+LAST_USED_RESOLUTION = timedelta(seconds=60)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: exactly one of ``agent`` and ``user`` is set."""
+
+    key: ApiKey
+    agent: Agent | None = None
+    user: object | None = None
+
+    @property
+    def label(self) -> str:
+        return self.agent.name if self.agent else self.user.get_username()
+
+
+def _new_key(
+    kind: str, *, agent: Agent | None = None, user=None, label: str = "", by: str = "system"
+) -> tuple[ApiKey, str]:
+    raw = ApiKey.PREFIXES[kind] + random_base62(SECRET_CHARS)
+    with transaction.atomic():
+        key = ApiKey.objects.create(
+            kind=kind,
+            agent=agent,
+            user=user,
+            prefix=raw[: len(ApiKey.PREFIXES[kind]) + PREFIX_CHARS],
+            key_hash=hash_key(raw),
+            label=label,
+        )
+        audit.record(
+            "key.created",
+            actor_type=ActorType.SYSTEM,
+            actor_id=by,
+            data={
+                "kind": kind,
+                "prefix": key.prefix,
+                "owner": agent.name if agent else user.get_username(),
+            },
+        )
+    return key, raw
+
+
+def create_agent(name: str, *, description: str = "") -> tuple[Agent, str]:
+    """Create an agent and its first key; returns the agent and the raw key (shown once)."""
+    with transaction.atomic():
+        agent = Agent.objects.create(name=name, description=description)
+        _, raw = create_agent_key(agent)
+    return agent, raw
+
+
+def create_agent_key(agent: Agent, *, label: str = "", by: str = "system") -> tuple[ApiKey, str]:
+    return _new_key(ApiKey.Kind.AGENT, agent=agent, label=label, by=by)
+
+
+def create_reviewer_token(user, *, label: str = "", by: str = "system") -> tuple[ApiKey, str]:
+    return _new_key(ApiKey.Kind.REVIEWER, user=user, label=label, by=by)
+
+
+def revoke_key(key: ApiKey, *, by: str = "system") -> None:
+    with transaction.atomic():
+        if ApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(
+            revoked_at=timezone.now()
+        ):
+            audit.record(
+                "key.revoked",
+                actor_type=ActorType.SYSTEM,
+                actor_id=by,
+                data={"kind": key.kind, "prefix": key.prefix},
+            )
+
+
+def authenticate(raw: str) -> Principal | None:
+    """Return the caller for a raw key, or None when it is unknown, revoked or disabled."""
+    if not raw or len(raw) > 100:
+        return None
+    key = (
+        ApiKey.objects.active()
+        .select_related("agent", "user")
+        .filter(key_hash=hash_key(raw))
+        .first()
+    )
+    if key is None:
+        return None
+    if key.kind == ApiKey.Kind.AGENT and not key.agent.is_active:
+        return None
+    if key.kind == ApiKey.Kind.REVIEWER and not key.user.is_active:
+        return None
+    _check_rate(key)
+    _touch(key)
+    if key.kind == ApiKey.Kind.AGENT:
+        return Principal(key=key, agent=key.agent)
+    return Principal(key=key, user=key.user)
+
+
+def _touch(key: ApiKey) -> None:
+    # One write a minute per key, not one per request.
+    now = timezone.now()
+    if key.last_used_at is None or now - key.last_used_at > LAST_USED_RESOLUTION:
+        ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
+
+
+def _check_rate(key: ApiKey) -> None:
+    limit = settings.IMPRI_RATE_LIMIT_PER_MIN
+    if not limit:
+        return
+    window = int(time.time() // 60)
+    bucket = f"rate:{key.pk}:{window}"
+    cache.add(bucket, 0, timeout=120)
+    try:
+        count = cache.incr(bucket)
+    except ValueError:  # evicted between add and incr
+        cache.set(bucket, 1, timeout=120)
+        count = 1
+    if count > limit:
+        raise RateLimited(f"more than {limit} requests a minute with key {key.prefix}…; slow down")

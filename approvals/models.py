@@ -1,0 +1,217 @@
+from __future__ import annotations
+
+import hashlib
+import secrets
+import string
+
+from django.conf import settings
+from django.contrib.auth.models import Group
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+BASE62 = string.ascii_letters + string.digits
+
+
+def random_base62(length: int) -> str:
+    return "".join(secrets.choice(BASE62) for _ in range(length))
+
+
+def new_action_id() -> str:
+    # 24 base62 characters: about 143 bits from the OS CSPRNG.
+    return "act_" + random_base62(24)
+
+
+def hash_key(raw: str) -> str:
+    # Keys carry 238 bits of randomness, so a fast hash is enough: there is
+    # nothing to brute-force, and lookups stay one indexed equality.
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class Agent(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    description = models.TextField(blank=True)
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ApiKeyQuerySet(models.QuerySet):
+    def active(self):
+        return self.filter(revoked_at__isnull=True)
+
+
+class ApiKey(models.Model):
+    """An agent key or a reviewer token. Only its SHA-256 is stored."""
+
+    class Kind(models.TextChoices):
+        AGENT = "agent", "agent key"
+        REVIEWER = "reviewer", "reviewer token"
+
+    PREFIXES = {Kind.AGENT: "imp_a_", Kind.REVIEWER: "imp_r_"}
+
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    agent = models.ForeignKey(
+        Agent, null=True, blank=True, on_delete=models.CASCADE, related_name="keys"
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="impri_tokens",
+    )
+    prefix = models.CharField(
+        max_length=16, db_index=True, help_text="The visible start of the key."
+    )
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    label = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiKeyQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                name="apikey_has_exactly_one_owner",
+                condition=(Q(kind="agent", agent__isnull=False, user__isnull=True))
+                | (Q(kind="reviewer", agent__isnull=True, user__isnull=False)),
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.get_kind_display()})"
+
+    @property
+    def is_revoked(self) -> bool:
+        return self.revoked_at is not None
+
+
+class ActionStatus(models.TextChoices):
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+    EXECUTED = "executed"
+    FAILED = "failed"
+
+
+class PreviewFormat(models.TextChoices):
+    PLAIN = "plain"
+    MARKDOWN = "markdown"
+    DIFF = "diff"
+    JSON = "json"
+
+
+class ActionQuerySet(models.QuerySet):
+    def overdue(self, now=None):
+        return self.filter(status=ActionStatus.PENDING, expires_at__lte=now or timezone.now())
+
+    def with_effective_status(self, status: str, now=None):
+        """Filter by status as readers see it: an overdue pending action is expired."""
+        now = now or timezone.now()
+        if status == ActionStatus.PENDING:
+            return self.filter(status=ActionStatus.PENDING, expires_at__gt=now)
+        if status == ActionStatus.EXPIRED:
+            return self.filter(
+                Q(status=ActionStatus.EXPIRED) | Q(status=ActionStatus.PENDING, expires_at__lte=now)
+            )
+        return self.filter(status=status)
+
+    def visible_to_reviewer(self, user):
+        if user.is_superuser:
+            return self
+        return self.filter(review_group__in=user.groups.all())
+
+
+class Action(models.Model):
+    id = models.CharField(primary_key=True, max_length=40, default=new_action_id, editable=False)
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="actions")
+    kind = models.CharField(max_length=100, db_index=True)
+    title = models.CharField(max_length=200)
+    preview_format = models.CharField(max_length=10, choices=PreviewFormat.choices)
+    preview_body = models.TextField(blank=True)
+    payload = models.JSONField()
+    original_payload = models.JSONField()
+    context = models.JSONField(default=dict, blank=True)
+    target_url = models.URLField(max_length=2000, blank=True)
+    editable = models.JSONField(default=list, blank=True)
+    flags = models.JSONField(default=list, blank=True)
+
+    # NULL, not "", so the per-agent unique constraint ignores actions pushed without a key.
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
+    request_hash = models.CharField(max_length=64, editable=False)
+
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    expires_at = models.DateTimeField(db_index=True)
+    status = models.CharField(
+        max_length=10, choices=ActionStatus.choices, default=ActionStatus.PENDING
+    )
+    review_group = models.ForeignKey(
+        Group, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+
+    decided_by_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    decided_by_rule = models.CharField(max_length=200, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    note = models.TextField(blank=True)
+    edited_by_human = models.BooleanField(default=False)
+
+    result_status = models.CharField(max_length=10, blank=True)
+    result_detail = models.JSONField(null=True, blank=True)
+    reported_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ActionQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["agent", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="action_unique_idempotency_key_per_agent",
+            )
+        ]
+        indexes = [models.Index(fields=["status", "expires_at"], name="action_status_expiry")]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.kind} ({self.status})"
+
+    def is_overdue(self, now=None) -> bool:
+        return self.status == ActionStatus.PENDING and self.expires_at <= (now or timezone.now())
+
+    @property
+    def effective_status(self) -> str:
+        """The status a reader sees: an overdue pending action is expired even before the sweep."""
+        return ActionStatus.EXPIRED if self.is_overdue() else self.status
+
+    @property
+    def is_settled(self) -> bool:
+        return self.effective_status != ActionStatus.PENDING
+
+    @property
+    def decision_at(self):
+        if self.effective_status == ActionStatus.EXPIRED and self.decided_at is None:
+            return self.expires_at
+        return self.decided_at
+
+    @property
+    def decided_by(self) -> dict | None:
+        """Who settled the action: a reviewer, a rule, the agent (cancel) or the system (expiry)."""
+        status = self.effective_status
+        if self.decided_by_user_id:
+            return {"type": "reviewer", "name": self.decided_by_user.get_username()}
+        if self.decided_by_rule:
+            return {"type": "rule", "name": self.decided_by_rule}
+        if status == ActionStatus.CANCELLED:
+            return {"type": "agent", "name": self.agent.name}
+        if status == ActionStatus.EXPIRED:
+            return {"type": "system", "name": "expiry"}
+        return None

@@ -1,0 +1,444 @@
+"""The single door for every change to an action.
+
+REST, MCP, the inbox, admin and background tasks all call these functions.
+Each change runs in one transaction that also appends its audit event, guards
+its transition in SQL (``UPDATE … WHERE status = 'pending'``) so concurrent
+callers get exactly one outcome, and publishes to waiters only after commit.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.contrib.auth.models import Group
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from audit import log as audit
+from audit.models import ActorType, canonical_json
+
+from . import events
+from .errors import (
+    ActionNotFound,
+    ActionNotPending,
+    Forbidden,
+    IdempotencyConflict,
+    InvalidInput,
+    ResultConflict,
+)
+from .models import Action, ActionStatus, Agent
+from .schemas import ActionIn, resolve_path
+
+logger = logging.getLogger(__name__)
+
+
+def payload_sha256(payload: dict) -> str:
+    return hashlib.sha256(canonical_json(payload)).hexdigest()
+
+
+def default_group() -> Group:
+    group, _ = Group.objects.get_or_create(name=settings.IMPRI_DEFAULT_GROUP)
+    return group
+
+
+# --- Reading ------------------------------------------------------------------
+
+
+def _load(action_id: str) -> Action:
+    try:
+        return Action.objects.select_related("agent", "decided_by_user", "review_group").get(
+            pk=action_id
+        )
+    except Action.DoesNotExist:
+        raise ActionNotFound(action_id) from None
+
+
+def get_action_for_agent(action_id: str, agent: Agent) -> Action:
+    action = _load(action_id)
+    if action.agent_id != agent.pk:
+        raise Forbidden(f"action {action_id} belongs to another agent")
+    return action
+
+
+def get_action_for_reviewer(action_id: str, user) -> Action:
+    action = _load(action_id)
+    if not can_review(user, action):
+        raise ActionNotFound(action_id)
+    return action
+
+
+def can_review(user, action: Action) -> bool:
+    if not user.is_active:
+        return False
+    if user.is_superuser:
+        return True
+    return (
+        action.review_group_id is not None
+        and user.groups.filter(pk=action.review_group_id).exists()
+    )
+
+
+# --- Push -----------------------------------------------------------------------
+
+
+def push_action(
+    agent: Agent, data: ActionIn, *, idempotency_key: str | None = None
+) -> tuple[Action, bool]:
+    """Create a pending action; returns ``(action, created)``.
+
+    A replayed idempotency key returns the existing action (``created`` is
+    False) when the request is the same, and raises IdempotencyConflict when
+    it differs. Concurrent pushes with one key create exactly one action: the
+    database's unique constraint decides, the losers read the winner.
+    """
+    if idempotency_key and data.idempotency_key and idempotency_key != data.idempotency_key:
+        raise InvalidInput("idempotency_key", "differs from the Idempotency-Key header")
+    key = idempotency_key or data.idempotency_key
+    request_hash = hashlib.sha256(
+        canonical_json(data.model_dump(mode="json", exclude={"idempotency_key"}))
+    ).hexdigest()
+    if key:
+        existing = Action.objects.filter(agent=agent, idempotency_key=key).first()
+        if existing is not None:
+            return _replay(existing, request_hash), False
+    try:
+        with transaction.atomic():
+            action = _create(agent, data, key, request_hash)
+    except IntegrityError:
+        if not key:
+            raise
+        return _replay(Action.objects.get(agent=agent, idempotency_key=key), request_hash), False
+    return action, True
+
+
+def _create(agent: Agent, data: ActionIn, key: str | None, request_hash: str) -> Action:
+    now = timezone.now()
+    expires_in = data.expires_in_s or settings.IMPRI_DEFAULT_EXPIRES_S
+    action = Action(
+        agent=agent,
+        kind=data.kind,
+        title=data.title,
+        preview_format=data.preview.format,
+        preview_body=data.preview.body,
+        payload=data.payload,
+        original_payload=data.payload,
+        context=data.context,
+        target_url=data.target_url or "",
+        editable=data.editable,
+        flags=data.flags,
+        idempotency_key=key,
+        request_hash=request_hash,
+        created_at=now,
+        expires_at=now + timedelta(seconds=expires_in),
+        review_group=default_group(),
+    )
+    action.save(force_insert=True)
+    audit.record(
+        "action.pushed",
+        actor_type=ActorType.AGENT,
+        actor_id=agent.name,
+        action_id=action.pk,
+        data={
+            "kind": action.kind,
+            "title": action.title,
+            "payload_sha256": payload_sha256(action.payload),
+            "flags": action.flags,
+            "editable": action.editable,
+            "expires_at": action.expires_at.isoformat(),
+            "routed_to": action.review_group.name,
+        },
+    )
+    events.publish_on_commit(action, "action.pushed")
+    return action
+
+
+def _replay(existing: Action, request_hash: str) -> Action:
+    if existing.request_hash != request_hash:
+        raise IdempotencyConflict(
+            f"idempotency_key {existing.idempotency_key!r} was already used for a different request "
+            f"(action {existing.pk})"
+        )
+    return _load(existing.pk)
+
+
+# --- Decide ---------------------------------------------------------------------
+
+
+def decide(
+    action_id: str, *, by, verdict: str, edits: dict | None = None, note: str = ""
+) -> Action:
+    """Approve (optionally editing editable paths) or reject a pending action.
+
+    Exactly one concurrent decision wins: the UPDATE is conditional on the
+    action still being pending and not yet overdue; every loser gets
+    ActionNotPending with the state the winner left.
+    """
+    if verdict not in ("approve", "reject"):
+        raise InvalidInput("verdict", "must be approve or reject")
+    action = _load(action_id)
+    if not can_review(by, action):
+        raise Forbidden(
+            f"you are not a reviewer in the group {_group_name(action)} that this action is routed to"
+        )
+    edits = edits or {}
+    if verdict == "reject" and edits:
+        raise InvalidInput("edits", "a rejection cannot carry edits")
+    if action.is_settled:
+        raise ActionNotPending(action.pk, action.effective_status)
+    new_payload = apply_edits(action, edits)
+    changed = new_payload != action.original_payload
+    now = timezone.now()
+    status = ActionStatus.APPROVED if verdict == "approve" else ActionStatus.REJECTED
+    with transaction.atomic():
+        updated = Action.objects.filter(
+            pk=action.pk, status=ActionStatus.PENDING, expires_at__gt=now
+        ).update(
+            status=status,
+            payload=new_payload,
+            edited_by_human=changed,
+            decided_by_user=by,
+            decided_at=now,
+            note=note,
+        )
+        if not updated:
+            raise ActionNotPending(action.pk, _load(action.pk).effective_status)
+        _audit_decision(action, by, status, edits, changed, new_payload, note)
+        action = _load(action.pk)
+        events.publish_on_commit(action, f"action.{status}")
+    return action
+
+
+def _audit_decision(action, by, status, edits, changed, new_payload, note) -> None:
+    actor = {
+        "actor_type": ActorType.REVIEWER,
+        "actor_id": by.get_username(),
+        "action_id": action.pk,
+    }
+    if changed:
+        audit.record(
+            "action.edited",
+            **actor,
+            data={
+                "changes": {
+                    path: _before_after(action.original_payload, new_payload, path)
+                    for path in sorted(edits)
+                }
+            },
+        )
+    data = {"note": note}
+    if status == ActionStatus.APPROVED:
+        data["payload_sha256"] = payload_sha256(new_payload)
+    audit.record(f"action.{status}", **actor, data=data)
+
+
+def _before_after(original: dict, approved: dict, path: str) -> dict:
+    return {
+        "before": resolve_path({"payload": original}, path)[1],
+        "after": resolve_path({"payload": approved}, path)[1],
+    }
+
+
+def apply_edits(action: Action, edits: dict) -> dict:
+    """Return the payload with ``edits`` applied, refusing anything but a same-typed editable leaf."""
+    document = {"payload": copy.deepcopy(action.original_payload)}
+    for path, value in edits.items():
+        field = f"edits.{path}"
+        if path not in action.editable:
+            allowed = ", ".join(action.editable) or "none"
+            raise InvalidInput(
+                field, f"{path} is not editable on this action (editable: {allowed})"
+            )
+        _, original = resolve_path(document, path)
+        if not _same_json_type(original, value):
+            raise InvalidInput(field, f"must be a {_json_type(original)} like the original value")
+        parent_path, _, leaf = path.rpartition(".")
+        _, parent = resolve_path(document, parent_path)
+        if isinstance(parent, list):
+            parent[int(leaf)] = value
+        else:
+            parent[leaf] = value
+    return document["payload"]
+
+
+def _json_type(value) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    return "string"
+
+
+def _same_json_type(original, value) -> bool:
+    kind = _json_type(original)
+    if kind == "number":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if isinstance(value, dict | list) or value is None:
+        return False
+    return _json_type(value) == kind
+
+
+def _group_name(action: Action) -> str:
+    return action.review_group.name if action.review_group else "(none)"
+
+
+# --- Cancel, report, expire ---------------------------------------------------------
+
+
+def cancel_action(action_id: str, *, agent: Agent, reason: str = "") -> Action:
+    action = get_action_for_agent(action_id, agent)
+    now = timezone.now()
+    with transaction.atomic():
+        updated = Action.objects.filter(
+            pk=action.pk, status=ActionStatus.PENDING, expires_at__gt=now
+        ).update(status=ActionStatus.CANCELLED, decided_at=now, note=reason)
+        if not updated:
+            raise ActionNotPending(action.pk, _load(action.pk).effective_status)
+        audit.record(
+            "action.cancelled",
+            actor_type=ActorType.AGENT,
+            actor_id=agent.name,
+            action_id=action.pk,
+            data={"reason": reason},
+        )
+        action = _load(action.pk)
+        events.publish_on_commit(action, "action.cancelled")
+    return action
+
+
+def report_result(action_id: str, *, agent: Agent, status: str, detail=None) -> Action:
+    """Record what happened when the agent executed an approved action.
+
+    Only an approved action takes a report. Repeating the same report is
+    harmless (the same answer comes back); a different second report is refused.
+    """
+    if status not in (ActionStatus.EXECUTED, ActionStatus.FAILED):
+        raise InvalidInput("status", "must be executed or failed")
+    action = get_action_for_agent(action_id, agent)
+    now = timezone.now()
+    with transaction.atomic():
+        updated = Action.objects.filter(pk=action.pk, status=ActionStatus.APPROVED).update(
+            status=status, result_status=status, result_detail=detail, reported_at=now
+        )
+        if not updated:
+            return _repeat_report(action.pk, status, detail)
+        audit.record(
+            "result.reported",
+            actor_type=ActorType.AGENT,
+            actor_id=agent.name,
+            action_id=action.pk,
+            data={
+                "status": status,
+                "detail": detail,
+                "approved_payload_sha256": payload_sha256(action.payload),
+            },
+        )
+        action = _load(action.pk)
+        events.publish_on_commit(action, "result.reported")
+    return action
+
+
+def _repeat_report(action_id: str, status: str, detail) -> Action:
+    current = _load(action_id)
+    if current.result_status:
+        if current.result_status == status and current.result_detail == detail:
+            return current
+        raise ResultConflict(
+            f"action {action_id} already has a result ({current.result_status}); a different report is refused"
+        )
+    raise ResultConflict(
+        f"action {action_id} is {current.effective_status}: only an approved action can have a result reported"
+    )
+
+
+def expire_due(now=None, batch_size: int = 500) -> int:
+    """Persist the expiry of every overdue pending action; returns how many were expired.
+
+    Idempotent: an action is expired once, by a conditional UPDATE that a
+    concurrent decision (or a second sweep) can't also win.
+    """
+    now = now or timezone.now()
+    expired = 0
+    while True:
+        ids = list(
+            Action.objects.overdue(now)
+            .order_by("expires_at")
+            .values_list("pk", flat=True)[:batch_size]
+        )
+        if not ids:
+            return expired
+        for action_id in ids:
+            expired += _expire_one(action_id, now)
+        if len(ids) < batch_size:
+            return expired
+
+
+def _expire_one(action_id: str, now) -> int:
+    with transaction.atomic():
+        action = Action.objects.filter(pk=action_id).only("expires_at").first()
+        if action is None:
+            return 0
+        updated = Action.objects.filter(
+            pk=action_id, status=ActionStatus.PENDING, expires_at__lte=now
+        ).update(status=ActionStatus.EXPIRED, decided_at=action.expires_at)
+        if not updated:
+            return 0
+        audit.record(
+            "action.expired",
+            actor_type=ActorType.SYSTEM,
+            actor_id="expiry",
+            action_id=action_id,
+            data={"expires_at": action.expires_at.isoformat()},
+        )
+        events.publish_on_commit(_load(action_id), "action.expired")
+    return 1
+
+
+# --- Await ------------------------------------------------------------------------
+
+
+ProgressCallback = Callable[[float], Awaitable[None]]
+
+
+async def await_decision(
+    action_id: str,
+    *,
+    agent: Agent,
+    timeout_s: float,
+    on_progress: ProgressCallback | None = None,
+    progress_every_s: float = 10.0,
+) -> Action:
+    """Wait until the action is no longer pending, or ``timeout_s`` passes.
+
+    1. Join the channel-layer group ``action.<id>`` (before reading, so a
+       decision that lands in between is not missed).
+    2. Re-read the row: the row is the truth, messages are only hints.
+    3. Wait for a message, at most ``IMPRI_AWAIT_REREAD_S``, then go to 2.
+    If the layer is unreachable the loop still re-reads the row on each tick:
+    slower to wake, never wrong. Never holds a database connection while waiting.
+    """
+    read = database_sync_to_async(get_action_for_agent)
+    action = await read(action_id, agent)
+    timeout_s = max(0.0, min(float(timeout_s), float(settings.IMPRI_MAX_AWAIT_S)))
+    started = time.monotonic()
+    deadline = started + timeout_s
+    next_progress = started + progress_every_s
+    async with events.action_listener(action_id) as listener:
+        while True:
+            action = await read(action_id, agent)
+            now = time.monotonic()
+            if action.is_settled or now >= deadline:
+                return action
+            if on_progress is not None and now >= next_progress:
+                await on_progress(now - started)
+                next_progress = now + progress_every_s
+            step = min(deadline, next_progress if on_progress else deadline) - now
+            await listener.wait(max(0.0, min(step, settings.IMPRI_AWAIT_REREAD_S)))

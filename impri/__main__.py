@@ -1,0 +1,3 @@
+from impri.cli import main
+
+main()

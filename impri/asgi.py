@@ -1,0 +1,94 @@
+"""ASGI entry point: Django over HTTP, the inbox websocket, and (later) MCP."""
+
+from __future__ import annotations
+
+import json
+import os
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "impri.settings")
+
+from django.core.asgi import get_asgi_application  # noqa: E402
+
+django_asgi = get_asgi_application()
+
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
+
+from inbox.routing import websocket_urlpatterns  # noqa: E402
+
+
+class BodyLimit:
+    """Refuse HTTP bodies over ``IMPRI_MAX_BODY_BYTES`` with 413, counting as they stream.
+
+    A declared Content-Length is checked before any byte is read; a chunked body
+    is counted and cut off as soon as it passes the limit, so nobody can make
+    the server buffer an unbounded upload.
+    """
+
+    def __init__(self, app, limit: int):
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        for name, value in scope.get("headers", []):
+            if name == b"content-length" and value.isdigit() and int(value) > self.limit:
+                return await self._refuse(send)
+        received = 0
+        started = False
+
+        async def counting_receive():
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    raise _TooLarge
+            return message
+
+        async def tracking_send(message):
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, tracking_send)
+        except _TooLarge:
+            if not started:
+                await self._refuse(send)
+
+    async def _refuse(self, send):
+        body = json.dumps(
+            {
+                "detail": f"request body is larger than the limit of {self.limit} bytes (IMPRI_MAX_BODY_BYTES)"
+            }
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+class _TooLarge(Exception):
+    pass
+
+
+application = ProtocolTypeRouter(
+    {
+        "http": BodyLimit(django_asgi, settings.IMPRI_MAX_BODY_BYTES),
+        "websocket": AllowedHostsOriginValidator(
+            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+        ),
+    }
+)

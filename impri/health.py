@@ -1,0 +1,51 @@
+"""Liveness and readiness probes; no key needed."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from channels.layers import get_channel_layer
+from django.db import connection
+from django.http import JsonResponse
+
+logger = logging.getLogger(__name__)
+
+
+def healthz(request):
+    return JsonResponse({"status": "ok"})
+
+
+async def readyz(request):
+    checks = {"database": await _check_database(), "channel_layer": await _check_layer()}
+    ready = all(value == "ok" for value in checks.values())
+    return JsonResponse(
+        {"status": "ok" if ready else "unavailable", "checks": checks}, status=200 if ready else 503
+    )
+
+
+async def _check_database() -> str:
+    from asgiref.sync import sync_to_async
+
+    def ping():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return "ok"
+
+    try:
+        return await sync_to_async(ping)()
+    except Exception as exc:
+        logger.warning("readyz: database unreachable: %s", exc)
+        return f"error: {type(exc).__name__}"
+
+
+async def _check_layer() -> str:
+    layer = get_channel_layer()
+    try:
+        channel = await asyncio.wait_for(layer.new_channel(), 2)
+        await asyncio.wait_for(layer.send(channel, {"type": "ping"}), 2)
+        await asyncio.wait_for(layer.receive(channel), 2)
+        return "ok"
+    except Exception as exc:
+        logger.warning("readyz: channel layer unreachable: %s", exc)
+        return f"error: {type(exc).__name__}"

@@ -1,0 +1,231 @@
+"""Impri settings: environment variables only, with safe embedded defaults.
+
+Without any variable set, Impri runs on SQLite in ``IMPRI_DATA_DIR`` with the
+in-memory channel layer. ``DATABASE_URL`` switches to PostgreSQL and
+``REDIS_URL`` to the Redis channel layer (and Celery broker). Every variable is
+listed in ``.env.example``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env(name: str, default: str = "") -> str:
+    """Read a variable; ``NAME_FILE`` (a Docker secret) wins over ``NAME``."""
+    file_path = os.environ.get(f"{name}_FILE")
+    if file_path:
+        return Path(file_path).read_text().strip()
+    return os.environ.get(name, default)
+
+
+def envbool(name: str, default: str) -> bool:
+    value = env(name, default).strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise ImproperlyConfigured(f"{name} must be true or false, not {value!r}")
+
+
+def envint(name: str, default: str, minimum: int = 0) -> int:
+    value = env(name, default)
+    try:
+        number = int(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be an integer, not {value!r}") from None
+    if number < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {number}")
+    return number
+
+
+def envfloat(name: str, default: str, minimum: float = 0.0) -> float:
+    value = env(name, default)
+    try:
+        number = float(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number, not {value!r}") from None
+    if number < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {number}")
+    return number
+
+
+DEBUG = envbool("IMPRI_DEBUG", "false")
+DATA_DIR = Path(env("IMPRI_DATA_DIR", str(Path.cwd() / "impri-data"))).resolve()
+
+
+def _secret_key() -> str:
+    """SECRET_KEY from the environment, else one generated once and kept in the data dir.
+
+    There is no hard-coded fallback: a key baked into the code would let anyone
+    forge sessions on every installation that forgot to set one.
+    """
+    key = env("SECRET_KEY")
+    if key:
+        return key
+    path = DATA_DIR / "secret_key"
+    try:
+        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text().strip()
+    except OSError as exc:
+        raise ImproperlyConfigured(
+            f"SECRET_KEY is not set and {path} cannot be written ({exc}); set SECRET_KEY"
+        ) from exc
+    key = secrets.token_urlsafe(50)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(key)
+    return key
+
+
+SECRET_KEY = _secret_key()
+
+ALLOWED_HOSTS = [
+    h.strip() for h in env("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h.strip()
+]
+CSRF_TRUSTED_ORIGINS = [o.strip() for o in env("CSRF_TRUSTED_ORIGINS").split(",") if o.strip()]
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "django_htmx",
+    "approvals",
+    "rules",
+    "audit",
+    "inbox",
+]
+
+MIDDLEWARE = [
+    "impri.middleware.BodySizeLimitMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "impri.urls"
+ASGI_APPLICATION = "impri.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database ---------------------------------------------------------------
+DATABASE_URL = env("DATABASE_URL")
+if DATABASE_URL:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": DATA_DIR / "impri.sqlite3",
+            # Two processes (daphne and a stdio MCP server) share this file:
+            # WAL lets readers run beside the writer, IMMEDIATE takes the write
+            # lock at BEGIN so a transaction never fails half-way on upgrade,
+            # and the timeout makes writers queue instead of failing.
+            "OPTIONS": {
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 20,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+            "TEST": {"NAME": str(DATA_DIR / "test.sqlite3")},
+        }
+    }
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Channels -----------------------------------------------------------------
+REDIS_URL = env("REDIS_URL")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "impri",
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+# --- Auth, sessions, security ---------------------------------------------------
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/inbox/"
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+SECURE_PROXY_SSL_HEADER = (
+    ("HTTP_X_FORWARDED_PROTO", "https") if envbool("IMPRI_BEHIND_PROXY", "false") else None
+)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = envbool("IMPRI_SECURE_COOKIES", "false")
+
+# --- Static files -------------------------------------------------------------
+STATIC_URL = "/static/"
+STATIC_ROOT = DATA_DIR / "static"
+WHITENOISE_USE_FINDERS = True
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+# --- Impri ---------------------------------------------------------------------
+IMPRI_BASE_URL = env("IMPRI_BASE_URL").rstrip("/")
+IMPRI_MAX_BODY_BYTES = envint("IMPRI_MAX_BODY_BYTES", str(1024 * 1024), minimum=1024)
+IMPRI_DEFAULT_EXPIRES_S = envint("IMPRI_DEFAULT_EXPIRES_S", str(24 * 3600), minimum=1)
+IMPRI_MAX_EXPIRES_S = envint("IMPRI_MAX_EXPIRES_S", str(30 * 24 * 3600), minimum=1)
+IMPRI_MAX_AWAIT_S = envint("IMPRI_MAX_AWAIT_S", "300", minimum=1)
+IMPRI_AWAIT_REREAD_S = envfloat("IMPRI_AWAIT_REREAD_S", "2", minimum=0.05)
+IMPRI_DEFAULT_GROUP = env("IMPRI_DEFAULT_GROUP", "reviewers")
+IMPRI_RATE_LIMIT_PER_MIN = envint("IMPRI_RATE_LIMIT_PER_MIN", "600", minimum=0)
+IMPRI_MAX_TITLE_CHARS = 200
+
+# Django refuses to parse bodies past this; the middleware answers 413 first.
+DATA_UPLOAD_MAX_MEMORY_SIZE = IMPRI_MAX_BODY_BYTES
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env("IMPRI_LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "INFO"}},
+}

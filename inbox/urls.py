@@ -1,0 +1,11 @@
+from django.urls import path
+
+from . import views
+
+app_name = "inbox"
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("inbox/", views.queue, name="queue"),
+    path("inbox/actions/<str:action_id>", views.action_detail, name="action"),
+]
