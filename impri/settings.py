@@ -217,6 +217,10 @@ IMPRI_AWAIT_REREAD_S = envfloat("IMPRI_AWAIT_REREAD_S", "2", minimum=0.05)
 IMPRI_DEFAULT_GROUP = env("IMPRI_DEFAULT_GROUP", "reviewers")
 IMPRI_RATE_LIMIT_PER_MIN = envint("IMPRI_RATE_LIMIT_PER_MIN", "600", minimum=0)
 IMPRI_MAX_TITLE_CHARS = 200
+# MCP waits: without a progress token most clients give up at 60 s, so stop
+# before that; with one, send a progress notification this often.
+IMPRI_MCP_AWAIT_CAP_S = envfloat("IMPRI_MCP_AWAIT_CAP_S", "50", minimum=1)
+IMPRI_MCP_PROGRESS_EVERY_S = envfloat("IMPRI_MCP_PROGRESS_EVERY_S", "12", minimum=0.1)
 
 # Django refuses to parse bodies past this; the middleware answers 413 first.
 DATA_UPLOAD_MAX_MEMORY_SIZE = IMPRI_MAX_BODY_BYTES

@@ -1,0 +1,139 @@
+"""Real Impri servers for end-to-end tests: `impri serve` (daphne) as subprocesses.
+
+On the embedded leg each deployment gets a fresh data dir (SQLite, in-memory
+layer). On the scaled leg (DATABASE_URL set) it gets a fresh PostgreSQL
+database and shares the Redis of REDIS_URL. Several servers of one deployment
+share its database, like daphne processes behind a proxy.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Deployment:
+    """One database (and channel layer) that any number of servers and commands share."""
+
+    def __init__(self, **env: str):
+        self.data_dir = Path(tempfile.mkdtemp(prefix="impri-e2e-"))
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("IMPRI_", "DJANGO_"))}
+        self.env.pop("DATABASE_URL", None)
+        self.env.pop("REDIS_URL", None)
+        self.env.update(
+            IMPRI_DATA_DIR=str(self.data_dir),
+            SECRET_KEY="e2e-" + secrets.token_hex(16),
+            PYTHONPATH=str(ROOT),
+            PYTHONUNBUFFERED="1",
+        )
+        self.db_name = None
+        base_url = os.environ.get("DATABASE_URL")
+        if base_url:
+            self.db_name = "impri_e2e_" + secrets.token_hex(6)
+            self._admin_sql(base_url, f'CREATE DATABASE "{self.db_name}"')
+            parts = urlsplit(base_url)
+            self.env["DATABASE_URL"] = urlunsplit(parts._replace(path="/" + self.db_name))
+            self.base_db_url = base_url
+        if os.environ.get("REDIS_URL"):
+            self.env["REDIS_URL"] = os.environ["REDIS_URL"]
+        self.env.update(env)
+        self.servers: list[Server] = []
+
+    @staticmethod
+    def _admin_sql(url: str, sql: str) -> None:
+        import psycopg
+
+        parts = urlsplit(url)
+        admin = urlunsplit(parts._replace(path="/postgres"))
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(sql)
+
+    def impri(self, *args: str, check: bool = True, **env: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "impri", *args],
+            env={**self.env, **env},
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=120,
+        )
+
+    def last_word(self, *args: str) -> str:
+        """Run a command that prints a secret as the last word of its last line."""
+        return self.impri(*args).stdout.strip().splitlines()[-1].split()[-1]
+
+    def start_server(self, **env: str) -> Server:
+        server = Server(self, migrate=not self.servers, env=env)
+        self.servers.append(server)
+        return server
+
+    def close(self) -> None:
+        for server in self.servers:
+            server.stop()
+        if self.db_name:
+            self._admin_sql(self.base_db_url, f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+class Server:
+    def __init__(self, deployment: Deployment, *, migrate: bool, env: dict):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        args = [sys.executable, "-m", "impri", "serve", "--port", str(self.port)]
+        if not migrate:
+            args.append("--no-migrate")
+        self.log = open(deployment.data_dir / f"server-{self.port}.log", "w+")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            args, env={**deployment.env, **env}, stdout=self.log, stderr=subprocess.STDOUT, cwd=deployment.data_dir
+        )
+        self._wait_ready()
+
+    def _wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"impri serve exited early:\n{self.output()}")
+            try:
+                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"impri serve did not come up in {timeout}s:\n{self.output()}")
+
+    def output(self) -> str:
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+    def client(self, key: str | None = None, timeout: float = 30) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.Client(base_url=self.url + "/api/v1", headers=headers, timeout=timeout)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.close()
