@@ -9,7 +9,7 @@ from typing import Literal
 
 from django.db.models import Q
 from django.http import HttpRequest
-from ninja import Field, NinjaAPI, Query, Router, Schema
+from ninja import Field, NinjaAPI, Query, Router, Schema, Status
 from ninja.errors import AuthenticationError, ValidationError
 from ninja.security import HttpBearer
 
@@ -142,7 +142,7 @@ def push_action(request, data: ActionIn):
     if header_key is not None and not 1 <= len(header_key) <= 200:
         raise InvalidInput("Idempotency-Key", "must be 1 to 200 characters")
     action, created = services.push_action(_agent(request), data, idempotency_key=header_key)
-    return (201 if created else 200), action_out(action, _base(request))
+    return Status(201 if created else 200, action_out(action, _base(request)))
 
 
 @router.get("/actions/{action_id}", response={200: ActionOut, **ERRORS})

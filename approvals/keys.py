@@ -125,7 +125,7 @@ def _check_rate(key: ApiKey) -> None:
     if not limit:
         return
     window = int(time.time() // 60)
-    bucket = f"rate:{key.pk}:{window}"
+    bucket = f"rate:{key.key_hash[:24]}:{window}"
     cache.add(bucket, 0, timeout=120)
     try:
         count = cache.incr(bucket)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
-from channels.db import database_sync_to_async
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.models import Group
 from django.db import IntegrityError, transaction
@@ -423,9 +423,12 @@ async def await_decision(
     2. Re-read the row: the row is the truth, messages are only hints.
     3. Wait for a message, at most ``IMPRI_AWAIT_REREAD_S``, then go to 2.
     If the layer is unreachable the loop still re-reads the row on each tick:
-    slower to wake, never wrong. Never holds a database connection while waiting.
+    slower to wake, never wrong. No transaction stays open while waiting.
     """
-    read = database_sync_to_async(get_action_for_agent)
+    # thread_sensitive (the default) reuses the one connection of Django's sync
+    # thread, which Django closes at request boundaries; a fresh connection per
+    # re-read would cost thousands of connects a second with many waiters.
+    read = sync_to_async(get_action_for_agent)
     action = await read(action_id, agent)
     timeout_s = max(0.0, min(float(timeout_s), float(settings.IMPRI_MAX_AWAIT_S)))
     started = time.monotonic()

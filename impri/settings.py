@@ -199,7 +199,9 @@ SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = envbool("IMPRI_SECURE_COOKIES", "fa
 
 # --- Static files -------------------------------------------------------------
 STATIC_URL = "/static/"
-STATIC_ROOT = DATA_DIR / "static"
+# Static files ship inside the apps and are served from there by whitenoise's
+# finders, so `pip install` + `impri serve` needs no collectstatic step.
+STATIC_ROOT = env("IMPRI_STATIC_ROOT") or None
 WHITENOISE_USE_FINDERS = True
 
 LANGUAGE_CODE = "en-us"

@@ -43,9 +43,14 @@ class ApiClient:
         return self.client.get("/api/v1" + path, params, headers=self.headers)
 
     def post(self, path: str, body=None, headers: dict | None = None):
-        data = body if isinstance(body, str | bytes) else json.dumps(body if body is not None else {})
+        data = (
+            body if isinstance(body, str | bytes) else json.dumps(body if body is not None else {})
+        )
         return self.client.post(
-            "/api/v1" + path, data, content_type="application/json", headers={**self.headers, **(headers or {})}
+            "/api/v1" + path,
+            data,
+            content_type="application/json",
+            headers={**self.headers, **(headers or {})},
         )
 
 
@@ -88,3 +93,9 @@ def sam(db) -> Persona:
 def mallory(db) -> Persona:
     """A user with a valid token who reviews for no group that actions are routed to."""
     return make_reviewer("mallory", "marketing")
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    # Personas get real passwords; PBKDF2's deliberate slowness buys nothing in tests.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

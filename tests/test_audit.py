@@ -1,0 +1,81 @@
+"""Every transition appends a chained audit event in the same transaction."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import transaction
+
+from approvals import services
+from audit import log as audit_log
+from audit.models import AuditEvent
+from tests.factories import make_action
+
+
+def test_the_lifecycle_leaves_a_verifiable_trail(agent, rita):
+    action = make_action(agent.agent)
+    services.decide(
+        action.pk, by=rita.user, verdict="approve", edits={"payload.amount_cents": 5000}
+    )
+    services.report_result(
+        action.pk, agent=agent.agent, status="executed", detail={"transaction_id": "re_9"}
+    )
+    events = list(AuditEvent.objects.for_action(action.pk).values_list("event", flat=True))
+    assert events == ["action.pushed", "action.edited", "action.approved", "result.reported"]
+    result = audit_log.verify()
+    assert result.ok and result.checked == AuditEvent.objects.count()
+
+
+def test_verify_names_the_first_tampered_event(agent, rita):
+    action = make_action(agent.agent)
+    services.decide(action.pk, by=rita.user, verdict="approve")
+    approved = AuditEvent.objects.get(event="action.approved")
+    AuditEvent.objects.filter(pk=approved.pk).update(actor_id="mallory")
+    result = audit_log.verify()
+    assert not result.ok
+    assert result.first_broken_seq == approved.seq
+    assert "content" in result.problem
+
+
+def test_verify_notices_a_deleted_event(agent):
+    make_action(agent.agent)
+    make_action(agent.agent)
+    first_push = AuditEvent.objects.filter(event="action.pushed").order_by("seq").first()
+    AuditEvent.objects.filter(pk=first_push.pk).delete()
+    result = audit_log.verify()
+    assert not result.ok and result.first_broken_seq == first_push.seq
+
+
+def test_a_rolled_back_change_leaves_no_event(agent, rita):
+    action = make_action(agent.agent)
+    before = AuditEvent.objects.count()
+    with pytest.raises(RuntimeError), transaction.atomic():
+        services.decide(action.pk, by=rita.user, verdict="approve")
+        raise RuntimeError("the caller's transaction failed after the decision")
+    action.refresh_from_db()
+    assert action.status == "pending"
+    assert AuditEvent.objects.count() == before
+
+
+def test_recording_outside_a_transaction_is_refused(transactional_db):
+    with pytest.raises(RuntimeError, match="inside the transaction"):
+        audit_log.record("test.event", actor_type="system", actor_id="test")
+
+
+def test_the_audit_api_is_for_reviewers(agent, rita):
+    action = make_action(agent.agent)
+    assert agent.client().get("/audit/verify").status_code == 403
+    body = rita.client().get("/audit", action_id=action.pk).json()
+    assert [item["event"] for item in body["items"]] == ["action.pushed"]
+    assert rita.client().get("/audit/verify").json()["ok"] is True
+
+
+def test_reading_the_whole_log_needs_staff(rita):
+    assert rita.client().get("/audit").status_code == 403
+    rita.user.is_staff = True
+    rita.user.save()
+    assert rita.client().get("/audit").status_code == 200
+
+
+def test_a_reviewer_cannot_read_the_trail_of_an_action_outside_their_queue(agent, mallory):
+    action = make_action(agent.agent)
+    assert mallory.client().get("/audit", action_id=action.pk).status_code == 404

@@ -1,0 +1,127 @@
+"""Real threads on a real database: every race ends in exactly one outcome."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from approvals import services
+from approvals.errors import ActionNotPending
+from approvals.models import Action, ActionStatus
+from audit import log as audit_log
+from audit.models import AuditEvent
+from tests.conftest import make_reviewer
+from tests.factories import make_action, refund_body
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def run_together(calls: list) -> list:
+    """Start every call at the same instant, each on its own thread and DB connection."""
+    barrier = threading.Barrier(len(calls))
+
+    def run(call):
+        try:
+            barrier.wait()
+            return call()
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        return list(pool.map(run, calls))
+
+
+def test_simultaneous_decisions_produce_exactly_one_outcome(agent):
+    action = make_action(agent.agent)
+    reviewers = [make_reviewer(f"reviewer{i}", "reviewers") for i in range(12)]
+    calls = []
+    for i, reviewer in enumerate(reviewers):
+        verb = "approve" if i % 2 else "reject"
+        calls.append(
+            lambda r=reviewer, v=verb: r.client().post(f"/actions/{action.pk}/{v}").status_code
+        )
+    codes = Counter(run_together(calls))
+    assert codes == {200: 1, 409: 11}
+    action.refresh_from_db()
+    decisions = AuditEvent.objects.filter(
+        action_id=action.pk, event__in=["action.approved", "action.rejected"]
+    )
+    assert decisions.count() == 1
+    assert decisions.get().event == f"action.{action.status}"
+    assert audit_log.verify().ok
+
+
+def test_simultaneous_pushes_with_one_idempotency_key_create_one_action(agent):
+    def push():
+        response = agent.client().post(
+            "/actions", refund_body(), headers={"Idempotency-Key": "retry-me"}
+        )
+        return response.status_code, response.json()["action_id"]
+
+    results = run_together([push] * 10)
+    codes = Counter(code for code, _ in results)
+    assert codes == {201: 1, 200: 9}
+    assert len({action_id for _, action_id in results}) == 1
+    assert Action.objects.count() == 1
+    assert AuditEvent.objects.filter(event="action.pushed").count() == 1
+
+
+def test_simultaneous_reports_record_one_result(agent, rita):
+    action = make_action(agent.agent)
+    services.decide(action.pk, by=rita.user, verdict="approve")
+    bodies = [
+        {"status": "executed", "detail": {"transaction_id": "re_1"}}
+        if i % 2
+        else {"status": "failed", "detail": "x"}
+        for i in range(10)
+    ]
+    calls = [
+        lambda b=b: (
+            b["status"],
+            agent.client().post(f"/actions/{action.pk}/result", b).status_code,
+        )
+        for b in bodies
+    ]
+    results = run_together(calls)
+    action.refresh_from_db()
+    # Same report as the winner: 200 (harmless repeat). The other outcome: 409.
+    assert all(code == (200 if status == action.status else 409) for status, code in results)
+    assert AuditEvent.objects.filter(action_id=action.pk, event="result.reported").count() == 1
+
+
+def test_a_decision_racing_the_expiry_sweep_has_one_outcome(agent, rita):
+    for _ in range(5):
+        action = make_action(agent.agent, expires_in_s=3600)
+        # Due in a moment: the decision and the sweep race for the same row.
+        due = timezone.now() + timedelta(milliseconds=30)
+        Action.objects.filter(pk=action.pk).update(expires_at=due)
+
+        def decide(pk=action.pk):
+            try:
+                return services.decide(pk, by=rita.user, verdict="approve").status
+            except ActionNotPending:
+                return "refused"
+
+        def sweep(due=due):
+            # The sweep runs the moment the action is due; the decision may land just before or after.
+            while timezone.now() <= due:
+                pass
+            return services.expire_due()
+
+        decided, expired = run_together([decide, sweep])
+        action.refresh_from_db()
+        terminal = AuditEvent.objects.filter(
+            action_id=action.pk, event__in=["action.approved", "action.expired"]
+        )
+        assert terminal.count() == 1
+        if action.status == ActionStatus.APPROVED:
+            assert (decided, expired) == ("approved", 0)
+        else:
+            assert action.status == ActionStatus.EXPIRED
+            assert (decided, expired) == ("refused", 1)
