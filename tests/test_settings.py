@@ -1,0 +1,85 @@
+"""Configuration: environment only, safe defaults, every variable documented."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def settings_in(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("IMPRI_") and k not in ("SECRET_KEY",)
+    }
+    clean.pop("DATABASE_URL", None)
+    clean.pop("REDIS_URL", None)
+    code = "from django.conf import settings as s; print(s.SECRET_KEY); print(s.DATABASES['default']['ENGINE'])"
+    return subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import django, os; os.environ['DJANGO_SETTINGS_MODULE']='impri.settings'; " + code,
+        ],
+        env={**clean, "IMPRI_DATA_DIR": str(tmp_path), "PYTHONPATH": str(ROOT), **env},
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_without_secret_key_one_is_generated_once_and_kept_private(tmp_path):
+    first = settings_in(tmp_path)
+    second = settings_in(tmp_path)
+    assert first.returncode == 0, first.stderr
+    key = first.stdout.splitlines()[0]
+    assert len(key) >= 50
+    assert second.stdout.splitlines()[0] == key
+    assert (tmp_path / "secret_key").stat().st_mode & 0o077 == 0
+    other = settings_in(tmp_path / "elsewhere")
+    assert other.stdout.splitlines()[0] != key
+
+
+def test_secret_key_from_the_environment_wins(tmp_path):
+    assert settings_in(tmp_path, SECRET_KEY="from-env").stdout.splitlines()[0] == "from-env"
+
+
+def test_database_url_switches_to_postgresql(tmp_path):
+    out = settings_in(tmp_path, DATABASE_URL="postgres://u:p@db:5432/impri").stdout.splitlines()
+    assert out[1] == "django.db.backends.postgresql"
+    assert settings_in(tmp_path).stdout.splitlines()[1] == "django.db.backends.sqlite3"
+
+
+def test_a_bad_number_fails_loudly_naming_the_variable(tmp_path):
+    result = settings_in(tmp_path, IMPRI_MAX_BODY_BYTES="lots")
+    assert result.returncode != 0
+    assert "IMPRI_MAX_BODY_BYTES must be an integer" in result.stderr
+
+
+def test_env_example_lists_every_variable_the_code_reads():
+    read = set(
+        re.findall(r'env(?:bool|int|float)?\("([A-Z_]+)"', (ROOT / "impri/settings.py").read_text())
+    )
+    read |= set(
+        re.findall(
+            r'environ.get\("([A-Z_]+)"',
+            (ROOT / "approvals/management/commands/serve.py").read_text(),
+        )
+    )
+    documented = set(re.findall(r"^([A-Z_]+)=", (ROOT / ".env.example").read_text(), re.M))
+    assert read - documented == set()
+    readme = (ROOT / "README.md").read_text()
+    assert [name for name in sorted(read) if f"`{name}`" not in readme] == []
+
+
+def test_the_console_script_wraps_manage_py():
+    script = Path(sys.executable).parent / "impri"
+    assert script.exists(), "install the project (pip install -e .) so the impri script exists"
+    result = subprocess.run([str(script), "help"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0
+    for command in ("serve", "createagent", "createreviewer", "token", "migrate"):
+        assert command in result.stdout
