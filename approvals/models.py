@@ -215,3 +215,27 @@ class Action(models.Model):
         if status == ActionStatus.EXPIRED:
             return {"type": "system", "name": "expiry"}
         return None
+
+
+class Review(models.Model):
+    """One reviewer's verdict on an action. With approvals_required > 1 several accumulate."""
+
+    class Verdict(models.TextChoices):
+        APPROVE = "approve"
+        REJECT = "reject"
+
+    action = models.ForeignKey(Action, on_delete=models.CASCADE, related_name="reviews")
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    verdict = models.CharField(max_length=10, choices=Verdict.choices)
+    edits = models.JSONField(default=dict, blank=True)
+    note = models.TextField(blank=True)
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["at", "pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["action", "reviewer"], name="review_one_per_reviewer_per_action")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.reviewer} {self.verdict}s {self.action_id}"
