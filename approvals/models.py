@@ -155,6 +155,12 @@ class Action(models.Model):
     review_group = models.ForeignKey(
         Group, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
+    approvals_required = models.PositiveSmallIntegerField(default=1)
+    # What the rules decided at push time, kept so reviewers and auditors see why.
+    rule_name = models.CharField(max_length=200, blank=True)
+    rule_version = models.PositiveIntegerField(null=True, blank=True)
+    rule_trace = models.JSONField(default=list, blank=True)
+    edit_bounds = models.JSONField(default=dict, blank=True)
 
     decided_by_user = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"

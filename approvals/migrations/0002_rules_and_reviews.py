@@ -14,6 +14,31 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.AddField(
+            model_name='action',
+            name='approvals_required',
+            field=models.PositiveSmallIntegerField(default=1),
+        ),
+        migrations.AddField(
+            model_name='action',
+            name='edit_bounds',
+            field=models.JSONField(blank=True, default=dict),
+        ),
+        migrations.AddField(
+            model_name='action',
+            name='rule_name',
+            field=models.CharField(blank=True, max_length=200),
+        ),
+        migrations.AddField(
+            model_name='action',
+            name='rule_trace',
+            field=models.JSONField(blank=True, default=list),
+        ),
+        migrations.AddField(
+            model_name='action',
+            name='rule_version',
+            field=models.PositiveIntegerField(blank=True, null=True),
+        ),
         migrations.CreateModel(
             name='Review',
             fields=[
