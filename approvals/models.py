@@ -231,16 +231,23 @@ class Review(models.Model):
         REJECT = "reject"
 
     action = models.ForeignKey(Action, on_delete=models.CASCADE, related_name="reviews")
-    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
     verdict = models.CharField(max_length=10, choices=Verdict.choices)
     edits = models.JSONField(default=dict, blank=True)
+    # The payload this reviewer approved: with approvals_required > 1 only
+    # approvals of the same payload count together.
+    payload_sha256 = models.CharField(max_length=64, blank=True)
     note = models.TextField(blank=True)
     at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         ordering = ["at", "pk"]
         constraints = [
-            models.UniqueConstraint(fields=["action", "reviewer"], name="review_one_per_reviewer_per_action")
+            models.UniqueConstraint(
+                fields=["action", "reviewer"], name="review_one_per_reviewer_per_action"
+            )
         ]
 
     def __str__(self) -> str:

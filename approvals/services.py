@@ -9,6 +9,7 @@ callers get exactly one outcome, and publishes to waiters only after commit.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import logging
 import time
@@ -23,6 +24,8 @@ from django.utils import timezone
 
 from audit import log as audit
 from audit.models import ActorType, canonical_json
+from rules import engine as rule_engine
+from rules import services as rule_services
 
 from . import events
 from .errors import (
@@ -33,7 +36,7 @@ from .errors import (
     InvalidInput,
     ResultConflict,
 )
-from .models import Action, ActionStatus, Agent
+from .models import Action, ActionStatus, Agent, Review
 from .schemas import ActionIn, resolve_path
 
 logger = logging.getLogger(__name__)
@@ -119,8 +122,22 @@ def push_action(
 
 
 def _create(agent: Agent, data: ActionIn, key: str | None, request_hash: str) -> Action:
+    """Insert the action as the rules route it: pending for review, or decided by a rule."""
     now = timezone.now()
-    expires_in = data.expires_in_s or settings.IMPRI_DEFAULT_EXPIRES_S
+    loaded = rule_services.current_rules()
+    view = {
+        "kind": data.kind,
+        "agent": agent.name,
+        "payload": data.payload,
+        "flags": data.flags,
+        "context": data.context,
+    }
+    verdict = _within_budget(rule_engine.evaluate(loaded.rules, view), view, now)
+    expiries = [s for s in (data.expires_in_s, verdict.expires_in_s) if s]
+    status, decided_at = {
+        "auto_approve": (ActionStatus.APPROVED, now),
+        "auto_reject": (ActionStatus.REJECTED, now),
+    }.get(verdict.outcome, (ActionStatus.PENDING, None))
     action = Action(
         agent=agent,
         kind=data.kind,
@@ -136,15 +153,56 @@ def _create(agent: Agent, data: ActionIn, key: str | None, request_hash: str) ->
         idempotency_key=key,
         request_hash=request_hash,
         created_at=now,
-        expires_at=now + timedelta(seconds=expires_in),
-        review_group=default_group(),
+        expires_at=now
+        + timedelta(seconds=min(expiries) if expiries else settings.IMPRI_DEFAULT_EXPIRES_S),
+        status=status,
+        decided_at=decided_at,
+        decided_by_rule=(verdict.rule or "") if status != ActionStatus.PENDING else "",
+        note=verdict.reason if status == ActionStatus.REJECTED else "",
+        review_group=_group(verdict.group),
+        approvals_required=verdict.approvals_required,
+        rule_name=verdict.rule or "",
+        rule_version=loaded.version,
+        rule_trace=verdict.trace,
+        edit_bounds=verdict.edit_bounds,
     )
     action.save(force_insert=True)
+    _audit_push(action, verdict, loaded.version)
+    events.publish_on_commit(action, "action.pushed")
+    return action
+
+
+def _within_budget(verdict, view: dict, now):
+    """An auto-approval that would pass its rule's budget goes to review instead."""
+    if verdict.outcome != "auto_approve" or verdict.budget is None:
+        return verdict
+    if rule_services.reserve_budget(verdict.rule, verdict.budget, view, now):
+        return verdict
+    budget = verdict.budget
+    why = f"budget of {verdict.rule!r} ({budget.sum} max {budget.max} per {budget.per}) would be exceeded: review"
+    return dataclasses.replace(
+        verdict,
+        outcome="review",
+        budget=None,
+        trace=[*verdict.trace, {"rule": verdict.rule, "matched": True, "why": why}],
+    )
+
+
+def _group(name: str | None) -> Group:
+    if not name:
+        return default_group()
+    return Group.objects.get_or_create(name=name)[0]
+
+
+def _audit_push(action: Action, verdict, version: int) -> None:
+    pushed_by = {
+        "actor_type": ActorType.AGENT,
+        "actor_id": action.agent.name,
+        "action_id": action.pk,
+    }
     audit.record(
         "action.pushed",
-        actor_type=ActorType.AGENT,
-        actor_id=agent.name,
-        action_id=action.pk,
+        **pushed_by,
         data={
             "kind": action.kind,
             "title": action.title,
@@ -152,11 +210,31 @@ def _create(agent: Agent, data: ActionIn, key: str | None, request_hash: str) ->
             "flags": action.flags,
             "editable": action.editable,
             "expires_at": action.expires_at.isoformat(),
-            "routed_to": action.review_group.name,
         },
     )
-    events.publish_on_commit(action, "action.pushed")
-    return action
+    by_rule = {
+        "actor_type": ActorType.RULE,
+        "actor_id": action.rule_name or "(default)",
+        "action_id": action.pk,
+    }
+    audit.record(
+        "rule.matched",
+        **by_rule,
+        data={
+            "rule": action.rule_name or None,
+            "rule_version": version,
+            "outcome": verdict.outcome,
+            "routed_to": action.review_group.name,
+            "approvals_required": action.approvals_required,
+            "trace": verdict.trace,
+        },
+    )
+    if action.status == ActionStatus.APPROVED:
+        audit.record(
+            "action.approved", **by_rule, data={"payload_sha256": payload_sha256(action.payload)}
+        )
+    elif action.status == ActionStatus.REJECTED:
+        audit.record("action.rejected", **by_rule, data={"note": action.note})
 
 
 def _replay(existing: Action, request_hash: str) -> Action:
@@ -174,68 +252,137 @@ def _replay(existing: Action, request_hash: str) -> Action:
 def decide(
     action_id: str, *, by, verdict: str, edits: dict | None = None, note: str = ""
 ) -> Action:
-    """Approve (optionally editing editable paths) or reject a pending action.
+    """Record a reviewer's approval (optionally with edits) or rejection.
 
-    Exactly one concurrent decision wins: the UPDATE is conditional on the
-    action still being pending and not yet overdue; every loser gets
-    ActionNotPending with the state the winner left.
+    One rejection rejects. An approval settles the action once
+    ``approvals_required`` distinct reviewers have approved the same payload
+    (an edit starts the count again, since earlier approvals were for other
+    figures). The action row is locked for the whole decision and every
+    transition is a conditional UPDATE, so concurrent reviewers, a retry or
+    the expiry sweep produce exactly one outcome; losers get ActionNotPending.
     """
     if verdict not in ("approve", "reject"):
         raise InvalidInput("verdict", "must be approve or reject")
+    edits = edits or {}
+    if verdict == "reject" and edits:
+        raise InvalidInput("edits", "a rejection cannot carry edits")
     action = _load(action_id)
     if not can_review(by, action):
         raise Forbidden(
             f"you are not a reviewer in the group {_group_name(action)} that this action is routed to"
         )
-    edits = edits or {}
-    if verdict == "reject" and edits:
-        raise InvalidInput("edits", "a rejection cannot carry edits")
+    with transaction.atomic():
+        action = _lock_pending(action.pk)
+        new_payload = apply_edits(action, edits)
+        digest = payload_sha256(new_payload)
+        Review.objects.update_or_create(
+            action=action,
+            reviewer=by,
+            defaults={
+                "verdict": verdict,
+                "edits": edits,
+                "note": note,
+                "payload_sha256": digest,
+                "at": timezone.now(),
+            },
+        )
+        if verdict == "reject":
+            return _settle(action, by, ActionStatus.REJECTED, action.payload, edits, note)
+        approvals = action.reviews.filter(
+            verdict=Review.Verdict.APPROVE, payload_sha256=digest
+        ).count()
+        if approvals >= action.approvals_required:
+            return _settle(action, by, ActionStatus.APPROVED, new_payload, edits, note)
+        return _add_approval(action, by, new_payload, edits, note, approvals)
+
+
+def _lock_pending(action_id: str) -> Action:
+    action = (
+        Action.objects.select_for_update().select_related("agent", "review_group").get(pk=action_id)
+    )
     if action.is_settled:
         raise ActionNotPending(action.pk, action.effective_status)
-    new_payload = apply_edits(action, edits)
-    changed = new_payload != action.original_payload
-    now = timezone.now()
-    status = ActionStatus.APPROVED if verdict == "approve" else ActionStatus.REJECTED
-    with transaction.atomic():
-        updated = Action.objects.filter(
-            pk=action.pk, status=ActionStatus.PENDING, expires_at__gt=now
-        ).update(
-            status=status,
-            payload=new_payload,
-            edited_by_human=changed,
-            decided_by_user=by,
-            decided_at=now,
-            note=note,
-        )
-        if not updated:
-            raise ActionNotPending(action.pk, _load(action.pk).effective_status)
-        _audit_decision(action, by, status, edits, changed, new_payload, note)
-        action = _load(action.pk)
-        events.publish_on_commit(action, f"action.{status}")
     return action
 
 
-def _audit_decision(action, by, status, edits, changed, new_payload, note) -> None:
-    actor = {
-        "actor_type": ActorType.REVIEWER,
-        "actor_id": by.get_username(),
-        "action_id": action.pk,
-    }
-    if changed:
-        audit.record(
-            "action.edited",
-            **actor,
-            data={
-                "changes": {
-                    path: _before_after(action.original_payload, new_payload, path)
-                    for path in sorted(edits)
-                }
-            },
-        )
-    data = {"note": note}
+def _settle(action: Action, by, status: str, new_payload: dict, edits: dict, note: str) -> Action:
+    now = timezone.now()
+    changed = new_payload != action.original_payload
+    updated = Action.objects.filter(
+        pk=action.pk, status=ActionStatus.PENDING, expires_at__gt=now
+    ).update(
+        status=status,
+        payload=new_payload,
+        edited_by_human=changed,
+        decided_by_user=by,
+        decided_at=now,
+        note=note,
+    )
+    if not updated:
+        raise ActionNotPending(action.pk, _load(action.pk).effective_status)
+    _audit_edit(action, by, edits, new_payload)
+    data = {"note": note, "rule": action.rule_name or None, "rule_version": action.rule_version}
     if status == ActionStatus.APPROVED:
         data["payload_sha256"] = payload_sha256(new_payload)
-    audit.record(f"action.{status}", **actor, data=data)
+        data["approved_by"] = list(
+            action.reviews.filter(
+                verdict=Review.Verdict.APPROVE, payload_sha256=data["payload_sha256"]
+            )
+            .order_by("at", "pk")
+            .values_list("reviewer__username", flat=True)
+        )
+    audit.record(
+        f"action.{status}",
+        actor_type=ActorType.REVIEWER,
+        actor_id=by.get_username(),
+        action_id=action.pk,
+        data=data,
+    )
+    action = _load(action.pk)
+    events.publish_on_commit(action, f"action.{status}")
+    return action
+
+
+def _add_approval(
+    action: Action, by, new_payload: dict, edits: dict, note: str, approvals: int
+) -> Action:
+    """A partial approval: the action stays pending, possibly with the edited payload."""
+    if new_payload != action.payload:
+        Action.objects.filter(pk=action.pk, status=ActionStatus.PENDING).update(
+            payload=new_payload, edited_by_human=new_payload != action.original_payload
+        )
+        _audit_edit(action, by, edits, new_payload)
+    audit.record(
+        "review.approved",
+        actor_type=ActorType.REVIEWER,
+        actor_id=by.get_username(),
+        action_id=action.pk,
+        data={
+            "note": note,
+            "payload_sha256": payload_sha256(new_payload),
+            "approvals": approvals,
+            "approvals_required": action.approvals_required,
+        },
+    )
+    action = _load(action.pk)
+    events.publish_on_commit(action, "review.approved")
+    return action
+
+
+def _audit_edit(action: Action, by, edits: dict, new_payload: dict) -> None:
+    changes = {
+        path: _before_after(action.payload, new_payload, path)
+        for path in sorted(edits)
+        if resolve_path({"payload": action.payload}, path)[1] != edits[path]
+    }
+    if changes:
+        audit.record(
+            "action.edited",
+            actor_type=ActorType.REVIEWER,
+            actor_id=by.get_username(),
+            action_id=action.pk,
+            data={"changes": changes},
+        )
 
 
 def _before_after(original: dict, approved: dict, path: str) -> dict:
@@ -246,8 +393,13 @@ def _before_after(original: dict, approved: dict, path: str) -> dict:
 
 
 def apply_edits(action: Action, edits: dict) -> dict:
-    """Return the payload with ``edits`` applied, refusing anything but a same-typed editable leaf."""
-    document = {"payload": copy.deepcopy(action.original_payload)}
+    """Return the current payload with ``edits`` applied.
+
+    Only a path listed in ``editable`` may change, to a value of the same JSON
+    type, within the rule's ``edit_bounds`` (``original`` meaning the figure the
+    agent pushed). Anything else is refused with a 422 naming ``edits.<path>``.
+    """
+    document = {"payload": copy.deepcopy(action.payload)}
     for path, value in edits.items():
         field = f"edits.{path}"
         if path not in action.editable:
@@ -255,9 +407,12 @@ def apply_edits(action: Action, edits: dict) -> dict:
             raise InvalidInput(
                 field, f"{path} is not editable on this action (editable: {allowed})"
             )
-        _, original = resolve_path(document, path)
+        _, original = resolve_path({"payload": action.original_payload}, path)
         if not _same_json_type(original, value):
             raise InvalidInput(field, f"must be a {_json_type(original)} like the original value")
+        problem = rule_engine.bound_problem(action.edit_bounds.get(path, {}), original, value)
+        if problem:
+            raise InvalidInput(field, f"{problem} (rule {action.rule_name!r})")
         parent_path, _, leaf = path.rpartition(".")
         _, parent = resolve_path(document, parent_path)
         if isinstance(parent, list):

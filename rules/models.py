@@ -1,2 +1,89 @@
-# The rule set (DESIGN §5) arrives with the rules issue; until then every
-# action is routed to the default reviewer group.
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+from django.db import models
+
+from . import engine
+
+
+class RuleQuerySet(models.QuerySet):
+    def in_order(self):
+        return self.order_by("position", "pk")
+
+
+class Rule(models.Model):
+    """One rule of the ordered set; ``definition`` holds everything but the name and order."""
+
+    position = models.PositiveIntegerField(
+        default=0, db_index=True, help_text="Lower runs first; first match wins."
+    )
+    name = models.CharField(max_length=200, unique=True)
+    enabled = models.BooleanField(default=True)
+    definition = models.JSONField(
+        default=dict,
+        help_text='e.g. {"kind": "payment.refund", "when": {"path": "payload.amount_cents", "lte": 5000}, '
+        '"then": "auto_approve"}',
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = RuleQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["position", "pk"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def as_spec(self) -> dict:
+        spec = {"name": self.name, **self.definition}
+        if not self.enabled:
+            spec["enabled"] = False
+        return spec
+
+    def parsed(self) -> engine.Rule:
+        return engine.parse_rule(self.as_spec(), self.position)
+
+    def clean(self):
+        if "name" in self.definition or "enabled" in self.definition:
+            raise ValidationError(
+                {
+                    "definition": "name and enabled are fields of their own, not part of the definition"
+                }
+            )
+        try:
+            self.parsed()
+        except engine.RuleError as exc:
+            raise ValidationError({"definition": str(exc)}) from exc
+
+
+class RuleSet(models.Model):
+    """The version of the rule set; every change bumps it and every decision records it."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    version = models.PositiveIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"rule set v{self.version}"
+
+
+class BudgetCounter(models.Model):
+    """What a budgeted rule has auto-approved in one window for one scope.
+
+    Reservations are a single conditional UPDATE (``total + amount <= max``),
+    so concurrent pushes can never approve past the cap.
+    """
+
+    rule = models.CharField(max_length=200)
+    scope = models.CharField(max_length=300)
+    window_start = models.DateTimeField()
+    total = models.DecimalField(max_digits=30, decimal_places=6, default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["rule", "scope", "window_start"], name="budget_one_counter_per_window"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.rule} / {self.scope} from {self.window_start:%Y-%m-%d %H:%M}: {self.total}"

@@ -22,7 +22,7 @@ def test_push_creates_a_pending_action_with_an_unguessable_id(agent):
     action = Action.objects.get(pk=body["action_id"])
     assert action.payload == action.original_payload == refund_body()["payload"]
     assert action.review_group.name == "reviewers"
-    event = AuditEvent.objects.get(action_id=action.pk)
+    event = AuditEvent.objects.get(action_id=action.pk, event="action.pushed")
     assert event.event == "action.pushed"
     assert event.actor_id == "support-bot"
     assert len(event.data["payload_sha256"]) == 64

@@ -20,7 +20,13 @@ def test_the_lifecycle_leaves_a_verifiable_trail(agent, rita):
         action.pk, agent=agent.agent, status="executed", detail={"transaction_id": "re_9"}
     )
     events = list(AuditEvent.objects.for_action(action.pk).values_list("event", flat=True))
-    assert events == ["action.pushed", "action.edited", "action.approved", "result.reported"]
+    assert events == [
+        "action.pushed",
+        "rule.matched",
+        "action.edited",
+        "action.approved",
+        "result.reported",
+    ]
     result = audit_log.verify()
     assert result.ok and result.checked == AuditEvent.objects.count()
 
@@ -65,7 +71,7 @@ def test_the_audit_api_is_for_reviewers(agent, rita):
     action = make_action(agent.agent)
     assert agent.client().get("/audit/verify").status_code == 403
     body = rita.client().get("/audit", action_id=action.pk).json()
-    assert [item["event"] for item in body["items"]] == ["action.pushed"]
+    assert [item["event"] for item in body["items"]] == ["action.pushed", "rule.matched"]
     assert rita.client().get("/audit/verify").json()["ok"] is True
 
 

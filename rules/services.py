@@ -1,0 +1,143 @@
+"""Changing the rule set, and the budget counters the rules keep. Every change is audited."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal, InvalidOperation
+
+import yaml
+from django.db import IntegrityError, transaction
+from django.db.models import F
+
+from audit import log as audit
+from audit.models import ActorType
+
+from . import engine
+from .models import BudgetCounter, Rule, RuleSet
+
+
+@dataclass(frozen=True)
+class LoadedRules:
+    version: int
+    rules: list[engine.Rule]
+
+
+def current_rules() -> LoadedRules:
+    version = RuleSet.objects.filter(pk=1).values_list("version", flat=True).first() or 0
+    return LoadedRules(version, [rule.parsed() for rule in Rule.objects.in_order()])
+
+
+# --- YAML ---------------------------------------------------------------------------
+
+
+def parse_yaml(text: str) -> list[engine.Rule]:
+    """Parse a rule file (``rules: [...]`` or a bare list); RuleError names the bad part."""
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise engine.RuleError("(file)", "yaml", str(exc).replace("\n", " ")) from None
+    if isinstance(document, dict) and set(document) == {"rules"}:
+        document = document["rules"]
+    if document is None:
+        document = []
+    return engine.parse_rules(document)
+
+
+def export_yaml() -> str:
+    specs = [rule.as_spec() for rule in Rule.objects.in_order()]
+    return yaml.safe_dump({"rules": specs}, sort_keys=False, allow_unicode=True)
+
+
+# --- Changes --------------------------------------------------------------------------
+
+
+def replace_rules(rules: list[engine.Rule], *, by: str) -> int:
+    """Replace the whole rule set atomically; returns the new version."""
+    with transaction.atomic():
+        Rule.objects.all().delete()
+        for position, rule in enumerate(rules):
+            spec = {k: v for k, v in rule.source.items() if k not in ("name", "enabled")}
+            Rule.objects.create(
+                position=position * 10, name=rule.name, enabled=rule.enabled, definition=spec
+            )
+        return bump_version(by=by, change="replaced", detail={"rules": [r.name for r in rules]})
+
+
+def bump_version(*, by: str, change: str, detail: dict | None = None) -> int:
+    """Record a rule-set change: a new version and an audit event in the caller's transaction."""
+    RuleSet.objects.get_or_create(pk=1)
+    RuleSet.objects.filter(pk=1).update(version=F("version") + 1)
+    version = RuleSet.objects.get(pk=1).version
+    audit.record(
+        "rules.changed",
+        actor_type=ActorType.REVIEWER if not by.startswith(("cli", "system")) else ActorType.SYSTEM,
+        actor_id=by,
+        data={"change": change, "version": version, **(detail or {})},
+    )
+    return version
+
+
+# --- Budgets --------------------------------------------------------------------------
+
+
+def window_start(per: str, now: datetime) -> datetime:
+    if per == "hour":
+        return now.replace(minute=0, second=0, microsecond=0)
+    return now.replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def budget_amount(budget: engine.Budget, action: dict) -> Decimal | None:
+    """What this action costs against the budget; None when it can't be counted (→ review)."""
+    if budget.sum == "count":
+        return Decimal(1)
+    value = engine.lookup(action, budget.sum)
+    if not engine.is_number(value) or value < 0:
+        return None
+    try:
+        return Decimal(str(value))
+    except InvalidOperation:
+        return None
+
+
+def budget_scope(budget: engine.Budget, action: dict) -> str | None:
+    scope = f"agent:{action['agent']}"
+    if budget.scope:
+        value = engine.lookup(action, budget.scope)
+        if value is engine.MISSING or isinstance(value, dict | list):
+            return None
+        scope += "|" + budget.scope + "=" + json.dumps(value)
+    return scope
+
+
+def reserve_budget(rule_name: str, budget: engine.Budget, action: dict, now: datetime) -> bool:
+    """Atomically add this action to its budget window; False when it would pass the cap.
+
+    Must run in the push's transaction. The reservation is one conditional
+    UPDATE (``total + amount <= max``): concurrent pushes serialize on the
+    counter row, and PostgreSQL re-checks the condition after each wait, so
+    the cap holds without a read-then-write race.
+    """
+    amount = budget_amount(budget, action)
+    scope = budget_scope(budget, action)
+    if amount is None or scope is None:
+        return False
+    start = window_start(budget.per, now)
+    _ensure_counter(rule_name, scope, start)
+    cap = Decimal(str(budget.max))
+    return bool(
+        BudgetCounter.objects.filter(
+            rule=rule_name, scope=scope, window_start=start, total__lte=cap - amount
+        ).update(total=F("total") + amount)
+    )
+
+
+def _ensure_counter(rule: str, scope: str, start: datetime) -> None:
+    if BudgetCounter.objects.filter(rule=rule, scope=scope, window_start=start).exists():
+        return
+    try:
+        with transaction.atomic():
+            BudgetCounter.objects.create(rule=rule, scope=scope, window_start=start)
+    except IntegrityError:
+        pass  # another push created it first
