@@ -298,7 +298,9 @@ def decide(
 
 def _lock_pending(action_id: str) -> Action:
     action = (
-        Action.objects.select_for_update().select_related("agent", "review_group").get(pk=action_id)
+        Action.objects.select_for_update(of=("self",))
+        .select_related("agent", "review_group")
+        .get(pk=action_id)
     )
     if action.is_settled:
         raise ActionNotPending(action.pk, action.effective_status)

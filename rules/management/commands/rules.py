@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from rules import engine, services
+from rules.backtest import backtest, dry_run, parse_since
+
+
+class Command(BaseCommand):
+    help = "Manage the rule set: import, export, test one action, backtest past actions."
+
+    def add_arguments(self, parser):
+        sub = parser.add_subparsers(dest="subcommand", required=True)
+        imp = sub.add_parser("import", help="Replace the rule set with FILE (atomically).")
+        imp.add_argument("file")
+        sub.add_parser("export", help="Print the rule set as YAML.")
+        test = sub.add_parser("test", help="Show what FILE's rules would do to one action.")
+        test.add_argument("file")
+        test.add_argument(
+            "--action", required=True, help="JSON file: {kind, agent, payload, flags, context}"
+        )
+        back = sub.add_parser("backtest", help="Replay past actions through FILE's rules.")
+        back.add_argument("file")
+        back.add_argument(
+            "--since",
+            default="30d",
+            help="How far back: 30d, 12h, 90m (default 30d); 'all' for everything.",
+        )
+        back.add_argument("--amount-path", default="payload.amount_cents")
+
+    def handle(self, *args, subcommand: str, **options):
+        if subcommand == "export":
+            self.stdout.write(services.export_yaml(), ending="")
+            return
+        rules = self._load(options["file"])
+        if subcommand == "import":
+            version = services.replace_rules(rules, by="cli")
+            self.stdout.write(
+                f"Imported {len(rules)} rule(s); the rule set is now version {version}."
+            )
+        elif subcommand == "test":
+            self.stdout.write(dry_run(rules, self._action(options["action"])))
+        else:
+            try:
+                since = parse_since(options["since"])
+            except ValueError as exc:
+                raise CommandError(f"--since: {exc}") from None
+            self.stdout.write(
+                backtest(rules, since, options["amount_path"]).as_text(options["amount_path"])
+            )
+
+    def _load(self, path: str) -> list[engine.Rule]:
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise CommandError(f"cannot read {path}: {exc.strerror}") from None
+        try:
+            return services.parse_yaml(text)
+        except engine.RuleError as exc:
+            raise CommandError(f"{path}: {exc}") from None
+
+    def _action(self, path: str) -> dict:
+        try:
+            action = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise CommandError(f"cannot read the action in {path}: {exc}") from None
+        if not isinstance(action, dict):
+            raise CommandError(f"{path}: the action must be a JSON object")
+        action.setdefault("flags", [])
+        action.setdefault("context", {})
+        action.setdefault("payload", {})
+        return action
