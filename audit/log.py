@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from .models import GENESIS_HASH, AuditEvent, ChainHead
+from .models import GENESIS_HASH, AuditEvent, ChainHead, canonical_json, format_at
 
 
 def record(
@@ -51,25 +55,93 @@ class Verification:
     checked: int
     first_broken_seq: int | None = None
     problem: str = ""
+    last_seq: int = 0
 
 
-def verify(batch_size: int = 2000) -> Verification:
-    """Recompute the chain from the start; name the first broken link."""
-    prev_hash = GENESIS_HASH
-    expected_seq = 1
-    checked = 0
-    for entry in AuditEvent.objects.order_by("seq").iterator(chunk_size=batch_size):
-        if entry.seq != expected_seq:
-            return Verification(False, checked, expected_seq, f"event #{expected_seq} is missing")
-        if entry.prev_hash != prev_hash:
+def verify(*, checkpoints: list[dict] = (), batch_size: int = 2000) -> Verification:
+    """Recompute the stored chain from the start; name the first broken link."""
+    return verify_events(
+        AuditEvent.objects.order_by("seq").iterator(chunk_size=batch_size), checkpoints=checkpoints
+    )
+
+
+def verify_events(events: Iterable[AuditEvent], *, checkpoints: list[dict] = ()) -> Verification:
+    """Check a chain given in stored order.
+
+    Each event must follow the previous one (seq + 1), carry the previous
+    event's hash, and hash to its own ``hash``. Signed checkpoints (see
+    :func:`make_checkpoint`) pin ``hash`` at ``seq``: a chain that was cut
+    short, or rewritten from the start, fails them.
+    """
+    pins = {}
+    for checkpoint in checkpoints:
+        if not checkpoint_signature_ok(checkpoint):
+            return Verification(False, 0, checkpoint.get("seq"), "checkpoint signature is invalid")
+        pins[checkpoint["seq"]] = checkpoint["hash"]
+    prev_hash, expected_seq, checked = GENESIS_HASH, 1, 0
+    for entry in events:
+        problem = _link_problem(entry, expected_seq, prev_hash)
+        if not problem and entry.seq in pins and pins[entry.seq] != entry.hash:
+            problem = "differs from the signed checkpoint: the chain was rewritten"
+        if problem:
             return Verification(
-                False, checked, entry.seq, "prev_hash does not match the previous event's hash"
+                False,
+                checked,
+                expected_seq if "missing" in problem else entry.seq,
+                problem,
+                checked,
             )
-        if entry.compute_hash() != entry.hash:
-            return Verification(
-                False, checked, entry.seq, "hash does not match the event's content"
-            )
-        prev_hash = entry.hash
-        expected_seq += 1
-        checked += 1
-    return Verification(True, checked)
+        prev_hash, expected_seq, checked = entry.hash, expected_seq + 1, checked + 1
+    beyond = [seq for seq in pins if seq >= expected_seq]
+    if beyond:
+        problem = f"the chain ends at #{checked} but a signed checkpoint pins #{max(beyond)}: it was truncated"
+        return Verification(False, checked, expected_seq, problem, checked)
+    return Verification(True, checked, last_seq=checked)
+
+
+def _link_problem(entry: AuditEvent, expected_seq: int, prev_hash: str) -> str:
+    if entry.seq > expected_seq:
+        return f"event #{expected_seq} is missing"
+    if entry.seq < expected_seq:
+        return f"event #{entry.seq} is out of order or duplicated (expected #{expected_seq})"
+    if entry.prev_hash != prev_hash:
+        return "prev_hash does not match the previous event's hash"
+    if entry.compute_hash() != entry.hash:
+        return "hash does not match the event's content"
+    return ""
+
+
+# --- Signed checkpoints ---------------------------------------------------------------
+
+
+def _checkpoint_key() -> bytes:
+    return (settings.IMPRI_AUDIT_CHECKPOINT_KEY or settings.SECRET_KEY).encode()
+
+
+def _sign(body: dict) -> str:
+    return hmac.new(_checkpoint_key(), canonical_json(body), hashlib.sha256).hexdigest()
+
+
+def make_checkpoint() -> dict | None:
+    """``{seq, hash, at, signature}`` for the chain head, HMAC-SHA256 signed; None for an empty chain.
+
+    Kept outside the database (a file, a ticket, an email), it lets a later
+    verify detect truncation and a rewrite of the whole chain.
+    """
+    head = AuditEvent.objects.order_by("-seq").first()
+    if head is None:
+        return None
+    body = {"seq": head.seq, "hash": head.hash, "at": format_at(timezone.now())}
+    return {**body, "signature": _sign(body)}
+
+
+def checkpoint_signature_ok(checkpoint: dict) -> bool:
+    try:
+        body = {
+            "seq": int(checkpoint["seq"]),
+            "hash": str(checkpoint["hash"]),
+            "at": str(checkpoint["at"]),
+        }
+        return hmac.compare_digest(_sign(body), str(checkpoint["signature"]))
+    except (KeyError, TypeError, ValueError):
+        return False

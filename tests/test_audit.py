@@ -31,26 +31,6 @@ def test_the_lifecycle_leaves_a_verifiable_trail(agent, rita):
     assert result.ok and result.checked == AuditEvent.objects.count()
 
 
-def test_verify_names_the_first_tampered_event(agent, rita):
-    action = make_action(agent.agent)
-    services.decide(action.pk, by=rita.user, verdict="approve")
-    approved = AuditEvent.objects.get(event="action.approved")
-    AuditEvent.objects.filter(pk=approved.pk).update(actor_id="mallory")
-    result = audit_log.verify()
-    assert not result.ok
-    assert result.first_broken_seq == approved.seq
-    assert "content" in result.problem
-
-
-def test_verify_notices_a_deleted_event(agent):
-    make_action(agent.agent)
-    make_action(agent.agent)
-    first_push = AuditEvent.objects.filter(event="action.pushed").order_by("seq").first()
-    AuditEvent.objects.filter(pk=first_push.pk).delete()
-    result = audit_log.verify()
-    assert not result.ok and result.first_broken_seq == first_push.seq
-
-
 def test_a_rolled_back_change_leaves_no_event(agent, rita):
     action = make_action(agent.agent)
     before = AuditEvent.objects.count()
