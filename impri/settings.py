@@ -218,6 +218,8 @@ IMPRI_MAX_AWAIT_S = envint("IMPRI_MAX_AWAIT_S", "300", minimum=1)
 IMPRI_AWAIT_REREAD_S = envfloat("IMPRI_AWAIT_REREAD_S", "2", minimum=0.05)
 IMPRI_DEFAULT_GROUP = env("IMPRI_DEFAULT_GROUP", "reviewers")
 IMPRI_RATE_LIMIT_PER_MIN = envint("IMPRI_RATE_LIMIT_PER_MIN", "600", minimum=0)
+# Signs audit checkpoints (impri audit checkpoint); unset: SECRET_KEY. Keep a copy off this server.
+IMPRI_AUDIT_CHECKPOINT_KEY = env("IMPRI_AUDIT_CHECKPOINT_KEY")
 IMPRI_MAX_TITLE_CHARS = 200
 # MCP waits: without a progress token most clients give up at 60 s, so stop
 # before that; with one, send a progress notification this often.
