@@ -73,7 +73,7 @@ def bench_append(seconds: float, writer_counts: list[int]) -> None:
         stop = time.monotonic() + seconds
         barrier = threading.Barrier(writers)
 
-        def append(worker: int) -> None:
+        def append(worker: int, barrier=barrier, stop=stop) -> None:
             barrier.wait()
             i = 0
             while time.monotonic() < stop:
