@@ -1,4 +1,4 @@
-"""ASGI entry point: Django over HTTP, the inbox websocket, and (later) MCP."""
+"""ASGI entry point: Django over HTTP, the inbox websocket, and MCP at /mcp."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
+from impri.mcp_asgi import MCP_PATH, mcp_app  # noqa: E402
 from inbox.routing import websocket_urlpatterns  # noqa: E402
 
 
@@ -84,11 +85,20 @@ class _TooLarge(Exception):
     pass
 
 
+async def http_router(scope, receive, send):
+    """/mcp goes to the MCP app (never through Django's handler), the rest to Django."""
+    if scope["path"] in (MCP_PATH, MCP_PATH + "/"):
+        return await mcp_app(scope, receive, send)
+    return await django_asgi(scope, receive, send)
+
+
 application = ProtocolTypeRouter(
     {
-        "http": BodyLimit(django_asgi, settings.IMPRI_MAX_BODY_BYTES),
+        "http": BodyLimit(http_router, settings.IMPRI_MAX_BODY_BYTES),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),
+        # daphne sends no lifespan; a server that does (uvicorn) starts MCP with it.
+        "lifespan": mcp_app,
     }
 )

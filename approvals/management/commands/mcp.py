@@ -1,0 +1,57 @@
+"""``impri mcp``: the agent tools over stdio, for agents that start Impri as a subprocess.
+
+stdout carries nothing but the MCP protocol: Django's logging already writes
+to stderr, the SDK points fd 1 at stderr while it serves, and every message
+of this command goes to stderr too.
+"""
+
+from __future__ import annotations
+
+import os
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
+
+from approvals import keys
+from approvals.errors import RateLimited
+from approvals.mcp import build_server
+
+
+class Command(BaseCommand):
+    help = (
+        "Serve the agent tools over MCP stdio. The agent is the one whose key is in IMPRI_API_KEY."
+    )
+    requires_system_checks = []  # their warnings would be noise in an agent's log
+
+    def handle(self, *args, **options):
+        raw = os.environ.get("IMPRI_API_KEY", "").strip()
+        if not raw:
+            raise CommandError(
+                "IMPRI_API_KEY is not set: create an agent key with `impri createagent NAME` "
+                "and put it in the MCP server's environment"
+            )
+        principal = _authenticate(raw)
+        if principal is None:
+            raise CommandError(
+                "IMPRI_API_KEY is not a valid agent key (unknown, revoked, or its agent is "
+                "disabled): issue one with `impri createagent NAME --new-key`"
+            )
+        if principal.agent is None:
+            raise CommandError(
+                "IMPRI_API_KEY is a reviewer token; `impri mcp` needs an agent key "
+                "from `impri createagent NAME`"
+            )
+        self.stderr.write(f"Impri MCP (stdio) serving agent {principal.agent.name}")
+        build_server(api_key=raw).run("stdio")
+
+
+def _authenticate(raw: str):
+    try:
+        return keys.authenticate(raw)
+    except RateLimited as exc:
+        raise CommandError(exc.message) from None
+    except DatabaseError as exc:
+        raise CommandError(
+            f"the database is not ready ({exc}); run `impri serve` once, or `impri migrate`, "
+            "with the same IMPRI_DATA_DIR / DATABASE_URL"
+        ) from None

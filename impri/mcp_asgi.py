@@ -1,0 +1,232 @@
+"""MCP over streamable HTTP at ``/mcp``, inside the ASGI app that daphne serves.
+
+The SDK's app needs its session manager running (``session_manager.run()``)
+even in stateless mode, and normally starts it from the ASGI lifespan, which
+daphne never sends. So ``MCPHttpApp``:
+
+1. starts the manager in a long-lived task on the first request (and also on
+   a real ``lifespan.startup``, so uvicorn works too);
+2. stops it in Twisted's "before shutdown" phase, so on SIGTERM every wait in
+   flight is cancelled while the loop still runs and cleans up (leaves its
+   channel-layer group; its action stays as it was) before daphne exits;
+3. reads the request body before the SDK sees it, so ``impri.asgi.BodyLimit``
+   can still answer 413 for an oversized chunked body;
+4. turns a rate-limited key into 429 instead of the SDK's 401.
+
+Stateless (any daphne process serves any request, no sticky sessions) and SSE
+responses (progress notifications and the SDK's pings reach the client while
+a wait runs, and a client that hangs up cancels it). Auth is the SDK's token
+verifier over Impri keys: only agent keys pass, a reviewer token is a 401.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import logging
+import sys
+from collections import deque
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+from mcp.server.auth.provider import AccessToken, TokenVerifier
+from mcp.server.transport_security import TransportSecuritySettings
+
+from approvals import keys
+from approvals.errors import RateLimited
+from approvals.mcp import AGENT_SCOPE, AgentAccessToken, build_server, settle_waits
+
+logger = logging.getLogger(__name__)
+
+MCP_PATH = "/mcp"
+
+# Set per request by MCPHttpApp; the verifier records a rate-limit refusal here.
+_refusals: contextvars.ContextVar[list[RateLimited] | None] = contextvars.ContextVar(
+    "impri_mcp_refusals", default=None
+)
+
+
+class AgentKeyVerifier(TokenVerifier):
+    """The SDK's token verifier over Impri keys: only active agent keys pass.
+
+    A reviewer token is not an agent key, so it is refused like an unknown key.
+    """
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        try:
+            principal = await database_sync_to_async(keys.authenticate)(token)
+        except RateLimited as exc:
+            refusals = _refusals.get()
+            if refusals is None:
+                raise
+            refusals.append(exc)
+            return None
+        if principal is None or principal.agent is None:
+            return None
+        return AgentAccessToken(
+            token=principal.key.prefix,  # the secret itself is not kept around
+            client_id=principal.agent.name,
+            scopes=[AGENT_SCOPE],
+            principal=principal,
+        )
+
+
+def transport_security(allowed_hosts: list[str], trusted_origins: list[str]):
+    """DNS-rebinding protection that accepts the hosts Django accepts.
+
+    The SDK matches exact hosts and ``host:*`` ports; Django's ``*`` switches the
+    check off, and a ``.example.com`` entry can only allow ``example.com`` itself.
+    """
+    if "*" in allowed_hosts:
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    hosts: list[str] = []
+    origins: list[str] = list(trusted_origins)
+    for entry in allowed_hosts:
+        host = entry.lstrip(".")
+        if entry.startswith("."):
+            logger.warning(
+                "ALLOWED_HOSTS entry %s: /mcp accepts %s itself, not its subdomains; "
+                "list each subdomain that serves MCP",
+                entry,
+                host,
+            )
+        hosts += [host, f"{host}:*"]
+        origins += [
+            f"{scheme}://{host}{port}" for scheme in ("http", "https") for port in ("", ":*")
+        ]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins
+    )
+
+
+class MCPHttpApp:
+    def __init__(self, server):
+        self.asgi = server.streamable_http_app(
+            streamable_http_path=MCP_PATH,
+            stateless_http=True,
+            json_response=False,
+            transport_security=transport_security(
+                settings.ALLOWED_HOSTS, settings.CSRF_TRUSTED_ORIGINS
+            ),
+            max_request_body_size=settings.IMPRI_MAX_BODY_BYTES,
+        )
+        # Only exists once streamable_http_app() has been called.
+        self.session_manager = server.session_manager
+        self._started: asyncio.Future | None = None
+        self._stopping: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "lifespan":
+            return await self._lifespan(receive, send)
+        await self.start()
+        if scope["path"] == MCP_PATH + "/":
+            scope = {**scope, "path": MCP_PATH, "raw_path": MCP_PATH.encode()}
+        receive = await _read_body_first(receive)
+        refusals: list[RateLimited] = []
+        reset = _refusals.set(refusals)
+        try:
+            await self.asgi(scope, receive, _answer_429_when_refused(send, refusals))
+        finally:
+            _refusals.reset(reset)
+
+    async def start(self) -> None:
+        """Start the session manager once; every request waits until it runs."""
+        if self._started is None:
+            loop = asyncio.get_running_loop()
+            self._started = loop.create_future()
+            self._stopping = asyncio.Event()
+            self._task = loop.create_task(self._run(), name="impri-mcp-session-manager")
+            _stop_before_reactor_shutdown(self)
+        await asyncio.shield(self._started)
+
+    async def stop(self) -> None:
+        """Stop the manager: cancels the waits in flight, which leave their actions untouched."""
+        if self._task is None or self._task.done():
+            return
+        self._stopping.set()
+        await self._task
+        await settle_waits()
+
+    async def _run(self) -> None:
+        try:
+            async with self.session_manager.run():
+                self._started.set_result(None)
+                await self._stopping.wait()
+        except BaseException as exc:
+            if not self._started.done():
+                self._started.set_exception(exc)
+            raise
+        logger.info("MCP session manager stopped")
+
+    async def _lifespan(self, receive, send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await self.start()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.stop()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+def _stop_before_reactor_shutdown(app: MCPHttpApp) -> None:
+    """Under daphne, stop the manager in Twisted's "before shutdown" phase (SIGTERM, Ctrl-C)."""
+    reactor = sys.modules.get("twisted.internet.reactor")
+    if reactor is None or not getattr(reactor, "running", False):
+        return
+    from twisted.internet import defer
+
+    reactor.addSystemEventTrigger(
+        "before", "shutdown", lambda: defer.Deferred.fromFuture(asyncio.ensure_future(app.stop()))
+    )
+
+
+async def _read_body_first(receive):
+    """Read the whole request body now and replay it to the SDK.
+
+    ``BodyLimit`` raises from ``receive`` when a chunked body passes the limit:
+    raised here it reaches ``BodyLimit``, which answers 413; raised inside the
+    SDK's Starlette app it would become a 500. The SDK buffers the body anyway.
+    After the body, ``receive`` is the server's again, so the SDK still hears
+    ``http.disconnect`` and cancels the call of a client that hung up.
+    """
+    body: deque = deque()
+    while True:
+        message = await receive()
+        body.append(message)
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            break
+
+    async def replay():
+        return body.popleft() if body else await receive()
+
+    return replay
+
+
+def _answer_429_when_refused(send, refusals: list[RateLimited]):
+    async def guarded_send(message):
+        if not refusals:
+            return await send(message)
+        if message["type"] != "http.response.start":
+            return None  # the body of the 401 the SDK answered instead
+        body = json.dumps(refusals[0].as_dict()).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 429,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"retry-after", b"60"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    return guarded_send
+
+
+mcp_app = MCPHttpApp(build_server(verifier=AgentKeyVerifier()))
