@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import base64
 import hashlib
 import secrets
 import string
@@ -22,6 +23,15 @@ def new_action_id() -> str:
     return "act_" + random_base62(24)
 
 
+def new_webhook_secret() -> str:
+    # Standard Webhooks: "whsec_" + base64 of the raw key (32 random bytes).
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+def new_message_id() -> str:
+    return "msg_" + random_base62(24)
+
+
 def hash_key(raw: str) -> str:
     # Keys carry 238 bits of randomness, so a fast hash is enough: there is
     # nothing to brute-force, and lookups stay one indexed equality.
@@ -33,6 +43,11 @@ class Agent(models.Model):
     description = models.TextField(blank=True)
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(default=timezone.now)
+    webhook_secret = models.CharField(
+        max_length=100,
+        default=new_webhook_secret,
+        help_text="Signs webhooks to this agent (Standard Webhooks).",
+    )
 
     def __str__(self) -> str:
         return self.name
@@ -161,6 +176,11 @@ class Action(models.Model):
     rule_version = models.PositiveIntegerField(null=True, blank=True)
     rule_trace = models.JSONField(default=list, blank=True)
     edit_bounds = models.JSONField(default=dict, blank=True)
+    escalate_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    escalate_to = models.CharField(max_length=150, blank=True)
+    last_reminded_at = models.DateTimeField(null=True, blank=True)
+    stale_flagged_at = models.DateTimeField(null=True, blank=True)
+    callback_url = models.URLField(max_length=2000, blank=True)
 
     decided_by_user = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
@@ -252,3 +272,120 @@ class Review(models.Model):
 
     def __str__(self) -> str:
         return f"{self.reviewer} {self.verdict}s {self.action_id}"
+
+
+class OutboxQuerySet(models.QuerySet):
+    def due(self, now):
+        """Undelivered, not given up, due, and not leased by a live worker."""
+        return self.filter(
+            delivered_at__isnull=True, gave_up_at__isnull=True, next_attempt_at__lte=now
+        ).filter(Q(locked_until__isnull=True) | Q(locked_until__lte=now))
+
+
+class WebhookDelivery(models.Model):
+    """One webhook message to an agent's callback_url: an outbox row, delivered at least once.
+
+    Written in the transaction of the change it announces, so it exists exactly
+    when the change does. A worker leases it (``locked_until``) before sending;
+    a worker that dies leaves the lease to run out, and the next one sends the
+    same message again with the same ``id`` (the ``webhook-id`` header).
+    """
+
+    id = models.CharField(primary_key=True, max_length=40, default=new_message_id, editable=False)
+    action = models.ForeignKey(Action, on_delete=models.CASCADE, related_name="webhooks")
+    event = models.CharField(max_length=40)
+    url = models.URLField(max_length=2000)
+    body = models.JSONField()
+    created_at = models.DateTimeField(default=timezone.now)
+    next_attempt_at = models.DateTimeField(default=timezone.now, db_index=True)
+    attempts = models.PositiveIntegerField(default=0)
+    locked_until = models.DateTimeField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    gave_up_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+
+    objects = OutboxQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.event} → {self.url}"
+
+
+class WebhookAttempt(models.Model):
+    delivery = models.ForeignKey(
+        WebhookDelivery, on_delete=models.CASCADE, related_name="attempt_log"
+    )
+    at = models.DateTimeField(default=timezone.now)
+    status_code = models.PositiveIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    duration_ms = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["at", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.delivery_id} at {self.at:%H:%M:%S}: {self.status_code or self.error}"
+
+
+class GroupNotificationSettings(models.Model):
+    """How a reviewer group hears about its queue."""
+
+    group = models.OneToOneField(
+        Group, on_delete=models.CASCADE, related_name="notification_settings"
+    )
+    email_enabled = models.BooleanField(
+        default=True, help_text="Email the group's members (those with an address)."
+    )
+    extra_emails = models.JSONField(
+        default=list, blank=True, help_text="More addresses, e.g. a shared inbox."
+    )
+    slack_webhook_url = models.URLField(
+        max_length=500, blank=True, help_text="A Slack incoming-webhook URL."
+    )
+    reminder_every_s = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Remind the group of each undecided action this often (empty: never).",
+    )
+
+    class Meta:
+        verbose_name_plural = "group notification settings"
+
+    def __str__(self) -> str:
+        return f"notifications for {self.group}"
+
+
+class Notification(models.Model):
+    """One message to a reviewer group about an action: an outbox row like WebhookDelivery."""
+
+    class Kind(models.TextChoices):
+        NEW = "new", "new action in the queue"
+        ESCALATED = "escalated", "escalated to the group"
+        REMINDER = "reminder", "still undecided"
+        STALE = "stale", "approved but no result reported"
+
+    class Channel(models.TextChoices):
+        EMAIL = "email"
+        SLACK = "slack"
+
+    action = models.ForeignKey(Action, on_delete=models.CASCADE, related_name="notifications")
+    group = models.ForeignKey(Group, on_delete=models.CASCADE, related_name="+")
+    kind = models.CharField(max_length=12, choices=Kind.choices)
+    channel = models.CharField(max_length=8, choices=Channel.choices)
+    created_at = models.DateTimeField(default=timezone.now)
+    next_attempt_at = models.DateTimeField(default=timezone.now, db_index=True)
+    attempts = models.PositiveIntegerField(default=0)
+    locked_until = models.DateTimeField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    gave_up_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+
+    objects = OutboxQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.channel} to {self.group} about {self.action_id}"
