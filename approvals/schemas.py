@@ -97,6 +97,11 @@ class ActionIn(StrictModel):
         description="Labelled items the reviewer needs: customer message, order summary.",
     )
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
+    callback_url: str | None = Field(
+        default=None,
+        max_length=2000,
+        description="http(s) URL Impri POSTs the decision to (signed, Standard Webhooks) when the action settles.",
+    )
     expires_in_s: int | None = Field(
         default=None, ge=1, description="Seconds until the action expires undecided."
     )
@@ -122,6 +127,11 @@ class ActionIn(StrictModel):
     @classmethod
     def _target_url(cls, value: str | None) -> str | None:
         return None if value in (None, "") else check_http_url(value)
+
+    @field_validator("callback_url")
+    @classmethod
+    def _callback_url(cls, value: str | None) -> str | None:
+        return None if value in (None, "") else check_http_url(value, "callback_url")
 
     @field_validator("flags")
     @classmethod

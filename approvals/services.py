@@ -20,6 +20,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.models import Group
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from audit import log as audit
@@ -27,7 +28,7 @@ from audit.models import ActorType, canonical_json
 from rules import engine as rule_engine
 from rules import services as rule_services
 
-from . import events
+from . import events, outbox
 from .errors import (
     ActionNotFound,
     ActionNotPending,
@@ -36,7 +37,7 @@ from .errors import (
     InvalidInput,
     ResultConflict,
 )
-from .models import Action, ActionStatus, Agent, Review
+from .models import Action, ActionStatus, Agent, GroupNotificationSettings, Notification, Review
 from .schemas import ActionIn, resolve_path
 
 logger = logging.getLogger(__name__)
@@ -165,11 +166,26 @@ def _create(agent: Agent, data: ActionIn, key: str | None, request_hash: str) ->
         rule_version=loaded.version,
         rule_trace=verdict.trace,
         edit_bounds=verdict.edit_bounds,
+        escalate_at=now + timedelta(seconds=verdict.escalate_after_s)
+        if verdict.escalate_after_s
+        else None,
+        escalate_to=verdict.escalate_to or "",
+        callback_url=data.callback_url or "",
     )
     action.save(force_insert=True)
     _audit_push(action, verdict, loaded.version)
-    events.publish_on_commit(action, "action.pushed")
+    if action.status == ActionStatus.PENDING:
+        events.publish_on_commit(action, "action.pushed")
+        outbox.enqueue_notifications(action, action.review_group, Notification.Kind.NEW)
+    else:
+        _announce(action, f"action.{action.status}")
     return action
+
+
+def _announce(action: Action, event: str) -> None:
+    """Tell whoever waits that the action settled: waiters after commit, the agent's webhook."""
+    events.publish_on_commit(action, event)
+    outbox.enqueue_webhook(action, event)
 
 
 def _within_budget(verdict, view: dict, now):
@@ -341,7 +357,7 @@ def _settle(action: Action, by, status: str, new_payload: dict, edits: dict, not
         data=data,
     )
     action = _load(action.pk)
-    events.publish_on_commit(action, f"action.{status}")
+    _announce(action, f"action.{status}")
     return action
 
 
@@ -467,7 +483,7 @@ def cancel_action(action_id: str, *, agent: Agent, reason: str = "") -> Action:
             data={"reason": reason},
         )
         action = _load(action.pk)
-        events.publish_on_commit(action, "action.cancelled")
+        _announce(action, "action.cancelled")
     return action
 
 
@@ -555,8 +571,103 @@ def _expire_one(action_id: str, now) -> int:
             action_id=action_id,
             data={"expires_at": action.expires_at.isoformat()},
         )
-        events.publish_on_commit(_load(action_id), "action.expired")
+        _announce(_load(action_id), "action.expired")
     return 1
+
+
+def escalate_due(now=None) -> int:
+    """Move each pending action past its rule's ``escalate_after_s`` to the ``escalate_to`` group.
+
+    Idempotent: the UPDATE is conditional on the action still pending and
+    still carrying the escalation it was read with.
+    """
+    now = now or timezone.now()
+    moved = 0
+    due = Action.objects.filter(
+        status=ActionStatus.PENDING, expires_at__gt=now, escalate_at__lte=now
+    )
+    for action in due.select_related("review_group").order_by("escalate_at")[:500]:
+        with transaction.atomic():
+            target = _group(action.escalate_to)
+            updated = Action.objects.filter(
+                pk=action.pk, status=ActionStatus.PENDING, escalate_at=action.escalate_at
+            ).update(review_group=target, escalate_at=None, last_reminded_at=None)
+            if not updated:
+                continue
+            audit.record(
+                "action.escalated",
+                actor_type=ActorType.SYSTEM,
+                actor_id="escalation",
+                action_id=action.pk,
+                data={
+                    "from": _group_name(action),
+                    "to": target.name,
+                    "rule": action.rule_name or None,
+                },
+            )
+            outbox.enqueue_notifications(action, target, Notification.Kind.ESCALATED)
+            events.publish_on_commit(_load(action.pk), "action.escalated")
+            moved += 1
+    return moved
+
+
+def remind_due(now=None) -> int:
+    """Remind each group of its undecided actions every ``reminder_every_s`` (per group settings)."""
+    now = now or timezone.now()
+    reminded = 0
+    for config in GroupNotificationSettings.objects.filter(reminder_every_s__gt=0).select_related(
+        "group"
+    ):
+        cutoff = now - timedelta(seconds=config.reminder_every_s)
+        due = Action.objects.filter(
+            status=ActionStatus.PENDING,
+            expires_at__gt=now,
+            review_group=config.group,
+            created_at__lte=cutoff,
+        ).filter(Q(last_reminded_at__isnull=True) | Q(last_reminded_at__lte=cutoff))
+        for action in due.order_by("created_at")[:500]:
+            with transaction.atomic():
+                updated = Action.objects.filter(
+                    pk=action.pk,
+                    status=ActionStatus.PENDING,
+                    last_reminded_at=action.last_reminded_at,
+                ).update(last_reminded_at=now)
+                if updated:
+                    outbox.enqueue_notifications(action, config.group, Notification.Kind.REMINDER)
+                    reminded += 1
+    return reminded
+
+
+def flag_stale(now=None) -> int:
+    """Flag approved actions with no result after ``IMPRI_REPORT_DEADLINE_S``, once, and notify."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.IMPRI_REPORT_DEADLINE_S)
+    flagged = 0
+    due = Action.objects.filter(
+        status=ActionStatus.APPROVED, stale_flagged_at__isnull=True, decided_at__lte=cutoff
+    )
+    for action in due.select_related("review_group").order_by("decided_at")[:500]:
+        with transaction.atomic():
+            updated = Action.objects.filter(
+                pk=action.pk, status=ActionStatus.APPROVED, stale_flagged_at__isnull=True
+            ).update(stale_flagged_at=now)
+            if not updated:
+                continue
+            audit.record(
+                "action.stale",
+                actor_type=ActorType.SYSTEM,
+                actor_id="report-deadline",
+                action_id=action.pk,
+                data={
+                    "approved_at": action.decided_at.isoformat(),
+                    "deadline_s": settings.IMPRI_REPORT_DEADLINE_S,
+                },
+            )
+            if action.review_group:
+                outbox.enqueue_notifications(action, action.review_group, Notification.Kind.STALE)
+            events.publish_on_commit(_load(action.pk), "action.stale")
+            flagged += 1
+    return flagged
 
 
 # --- Await ------------------------------------------------------------------------

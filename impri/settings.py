@@ -229,6 +229,45 @@ IMPRI_MCP_PROGRESS_EVERY_S = envfloat("IMPRI_MCP_PROGRESS_EVERY_S", "12", minimu
 # Django refuses to parse bodies past this; the middleware answers 413 first.
 DATA_UPLOAD_MAX_MEMORY_SIZE = IMPRI_MAX_BODY_BYTES
 
+# --- Background work (Celery) ------------------------------------------------------
+# Scaled: Redis is the broker, `impri worker` and `impri beat` run the tasks.
+# Embedded: tasks run eagerly in-process and `impri serve` runs the periodic
+# sweeps itself (eager mode cannot schedule anything).
+CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TIMEZONE = "UTC"
+# How often expiry, deliveries and notifications are swept (seconds).
+IMPRI_TICK_S = envfloat("IMPRI_TICK_S", "2", minimum=0.1)
+# How often escalations, reminders and stale approvals are swept (seconds).
+IMPRI_SLOW_TICK_S = envfloat("IMPRI_SLOW_TICK_S", "15", minimum=0.1)
+# An approved action with no reported result after this long is flagged and notified.
+IMPRI_REPORT_DEADLINE_S = envint("IMPRI_REPORT_DEADLINE_S", "3600", minimum=1)
+CELERY_BEAT_SCHEDULE = {
+    "expire-overdue": {"task": "approvals.tasks.expire_overdue", "schedule": IMPRI_TICK_S},
+    "deliver-webhooks": {"task": "approvals.tasks.deliver_webhooks", "schedule": IMPRI_TICK_S},
+    "send-notifications": {"task": "approvals.tasks.send_notifications", "schedule": IMPRI_TICK_S},
+    "escalate-overdue": {"task": "approvals.tasks.escalate_overdue", "schedule": IMPRI_SLOW_TICK_S},
+    "send-reminders": {"task": "approvals.tasks.send_reminders", "schedule": IMPRI_SLOW_TICK_S},
+    "flag-stale-approvals": {"task": "approvals.tasks.flag_stale_approvals", "schedule": IMPRI_SLOW_TICK_S},
+}
+
+# --- Email (notifications) ------------------------------------------------------
+# Without EMAIL_HOST, mail is written to the log instead of being sent.
+EMAIL_HOST = env("EMAIL_HOST")
+EMAIL_BACKEND = (
+    "django.core.mail.backends.smtp.EmailBackend" if EMAIL_HOST else "django.core.mail.backends.console.EmailBackend"
+)
+EMAIL_PORT = envint("EMAIL_PORT", "587", minimum=1)
+EMAIL_HOST_USER = env("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = env("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = envbool("EMAIL_USE_TLS", "true")
+DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "impri@localhost")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -37,6 +37,8 @@ RULE_KEYS = {
     "budget",
     "enabled",
     "description",
+    "escalate_after_s",
+    "escalate_to",
 }
 PATH_ROOTS = ("payload", "flags", "context", "kind", "agent")
 MISSING = object()
@@ -98,6 +100,8 @@ class Rule:
     expires_in_s: int | None = None
     edit_bounds: dict = field(default_factory=dict)
     budget: Budget | None = None
+    escalate_after_s: int | None = None
+    escalate_to: str | None = None
     enabled: bool = True
     source: dict = field(default_factory=dict, compare=False)
 
@@ -112,6 +116,8 @@ class Verdict:
     expires_in_s: int | None = None
     edit_bounds: dict = field(default_factory=dict)
     budget: Budget | None = None
+    escalate_after_s: int | None = None
+    escalate_to: str | None = None
     trace: list = field(default_factory=list)
 
 
@@ -165,6 +171,20 @@ def parse_rule(item: Any, index: int = 0) -> Rule:
     budget = _budget(name, item.get("budget"))
     if budget and then != "auto_approve":
         raise RuleError(name, "budget", "only an auto_approve rule can have a budget")
+    escalate_after = _int(name, item, "escalate_after_s", None, minimum=1, maximum=365 * 24 * 3600)
+    escalate_to = item.get("escalate_to")
+    if (escalate_after is None) != (escalate_to is None):
+        raise RuleError(
+            name,
+            "escalate_to" if escalate_to is None else "escalate_after_s",
+            "escalate_after_s and escalate_to go together",
+        )
+    if escalate_to is not None and (
+        then != "review" or not isinstance(escalate_to, str) or not escalate_to.strip()
+    ):
+        raise RuleError(
+            name, "escalate_to", "a review rule may escalate to the name of another reviewer group"
+        )
     enabled = item.get("enabled", True)
     if not isinstance(enabled, bool):
         raise RuleError(name, "enabled", "must be true or false")
@@ -180,6 +200,8 @@ def parse_rule(item: Any, index: int = 0) -> Rule:
         expires_in_s=expires,
         edit_bounds=bounds,
         budget=budget,
+        escalate_after_s=escalate_after,
+        escalate_to=escalate_to,
         enabled=enabled,
         source=dict(item),
     )
@@ -332,6 +354,8 @@ def evaluate(rules: list[Rule], action: dict) -> Verdict:
                 expires_in_s=rule.expires_in_s,
                 edit_bounds=rule.edit_bounds,
                 budget=rule.budget,
+                escalate_after_s=rule.escalate_after_s,
+                escalate_to=rule.escalate_to,
                 trace=trace,
             )
     trace.append(
