@@ -95,7 +95,7 @@ def can_review(user, action: Action) -> bool:
 def push_action(
     agent: Agent, data: ActionIn, *, idempotency_key: str | None = None
 ) -> tuple[Action, bool]:
-    """Create a pending action; returns ``(action, created)``.
+    """Create an action routed by the rules (pending, or decided by a rule); returns ``(action, created)``.
 
     A replayed idempotency key returns the existing action (``created`` is
     False) when the request is the same, and raises IdempotencyConflict when
