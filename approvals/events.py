@@ -25,14 +25,64 @@ def action_group(action_id: str) -> str:
     return f"action.{action_id}"
 
 
-def publish_on_commit(action, event: str) -> None:
+# Reviewers' inboxes listen per review group; superusers see every group.
+INBOX_ALL_GROUP = "inbox.all"
+
+
+def inbox_group(review_group_id: int | None) -> str:
+    return f"inbox.group.{review_group_id}" if review_group_id else "inbox.unrouted"
+
+
+def publish_on_commit(action, event: str, *, also_review_group_ids=()) -> None:
+    """After commit, tell the action's waiters and the inboxes that can see it.
+
+    ``also_review_group_ids`` names groups that could see the action before this
+    change (an escalation moves it), so their open queues drop it too.
+    """
     message = {
         "type": "action.update",
         "action_id": action.pk,
         "status": action.status,
         "event": event,
     }
-    transaction.on_commit(lambda: publish(action_group(action.pk), message))
+    inbox_message = inbox_update(action, event)
+    group_ids = {action.review_group_id, *also_review_group_ids}
+    groups = [inbox_group(pk) for pk in sorted(group_ids, key=str)] + [INBOX_ALL_GROUP]
+
+    def send() -> None:
+        publish(action_group(action.pk), message)
+        for group in groups:
+            publish(group, inbox_message)
+
+    transaction.on_commit(send)
+
+
+def inbox_update(action, event: str) -> dict:
+    """What an open inbox needs to place, refresh or remove a row without asking first.
+
+    Built before commit from the object the service already holds (it reads no
+    row the service did not load), so publishing costs no query after commit.
+    """
+    return {
+        "type": "inbox.update",
+        "action_id": action.pk,
+        "status": action.status,
+        "event": event,
+        "review_group_id": action.review_group_id,
+        "created_at": action.created_at.isoformat(),
+        "expires_at": action.expires_at.isoformat(),
+        "decided_at": action.decided_at.isoformat() if action.decided_at else None,
+        "decided_by": _decided_by(action),
+    }
+
+
+def _decided_by(action) -> dict | None:
+    try:
+        return action.decided_by
+    except Exception:
+        # A partially loaded object must never stop the publish; the inbox re-reads on demand.
+        logger.warning("could not name who decided %s", action.pk, exc_info=True)
+        return None
 
 
 def publish(group: str, message: dict) -> None:
@@ -96,6 +146,10 @@ async def action_listener(action_id: str) -> AsyncIterator[Listener]:
     finally:
         if channel is not None:
             try:
-                await asyncio.wait_for(layer.group_discard(group, channel), LAYER_CALL_TIMEOUT_S)
+                # Shielded: a caller cancelled through an anyio cancel scope (the MCP SDK)
+                # would cancel the discard too and leave the channel in the group.
+                await asyncio.shield(
+                    asyncio.wait_for(layer.group_discard(group, channel), LAYER_CALL_TIMEOUT_S)
+                )
             except Exception:
                 logger.warning("could not leave %s", group, exc_info=True)

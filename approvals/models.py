@@ -205,7 +205,11 @@ class Action(models.Model):
                 name="action_unique_idempotency_key_per_agent",
             )
         ]
-        indexes = [models.Index(fields=["status", "expires_at"], name="action_status_expiry")]
+        indexes = [
+            models.Index(fields=["status", "expires_at"], name="action_status_expiry"),
+            # The inbox queue: pending actions, newest first, paged by keyset.
+            models.Index(fields=["status", "-created_at", "-id"], name="action_status_newest"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.id} {self.kind} ({self.status})"

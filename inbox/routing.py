@@ -1,2 +1,7 @@
-# The live inbox websocket (/ws/inbox) arrives with the inbox issue.
-websocket_urlpatterns: list = []
+from django.urls import path
+
+from .consumers import InboxConsumer
+
+websocket_urlpatterns = [
+    path("ws/inbox", InboxConsumer.as_asgi()),
+]

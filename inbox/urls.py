@@ -7,5 +7,7 @@ app_name = "inbox"
 urlpatterns = [
     path("", views.home, name="home"),
     path("inbox/", views.queue, name="queue"),
+    path("inbox/decided/", views.decided, name="decided"),
     path("inbox/actions/<str:action_id>", views.action_detail, name="action"),
+    path("inbox/actions/<str:action_id>/decide", views.decide, name="decide"),
 ]

@@ -1,44 +1,160 @@
-"""Reviewer pages. Read-only until the inbox issue adds deciding here."""
+"""Reviewer pages: the queue, the decided history, an action, and deciding it.
+
+Each view parses, calls a read helper or ``approvals.services``, and renders.
+One view serves both the full page and the htmx fragment asked for (the
+``HX-Target`` names it), and every htmx request has a plain-HTML twin: without
+JavaScript the same URLs answer with full pages and redirects.
+"""
 
 from __future__ import annotations
 
-import json
-
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.middleware import HtmxDetails
 
 from approvals import services
-from approvals.errors import ActionNotFound
-from approvals.models import Action, ActionStatus
+from approvals.errors import ActionNotFound, ActionNotPending, Forbidden, InvalidInput
 from audit.models import AuditEvent
 
+from . import presenters, queries
+from .forms import ApproveForm, QueueFilterForm, RejectForm, add_service_error
 
-def home(request):
+
+class HtmxHttpRequest(HttpRequest):
+    htmx: HtmxDetails
+
+
+# HX-Target -> the template that renders just that part of the page.
+QUEUE_PARTS = {
+    "queue-results": "inbox/_results.html",
+    "queue-counts": "inbox/_counts.html",
+    "more": "inbox/_rows.html",
+}
+
+
+def home(request: HttpRequest) -> HttpResponse:
     return redirect("inbox:queue")
 
 
+@require_GET
 @login_required
-def queue(request):
-    actions = (
-        Action.objects.visible_to_reviewer(request.user)
-        .with_effective_status(ActionStatus.PENDING)
-        .select_related("agent")
-        .order_by("-created_at", "-id")[:100]
-    )
-    return render(request, "inbox/queue.html", {"actions": actions})
+def queue(request: HtmxHttpRequest) -> HttpResponse:
+    """Pending actions. ``?only=<id>`` answers one row (or nothing) for the live socket."""
+    form = QueueFilterForm(request.GET, user=request.user)
+    form.is_valid()
+    filters = form.filters()
+    pending = queries.filtered(queries.pending_for(request.user), filters, request.user)
+    if request.GET.get("only"):
+        rows = pending.filter(pk=request.GET["only"]).select_related("agent", "review_group")
+        return render(request, "inbox/_rows.html", {"rows": rows, "live": True})
+    context = {"form": form, "filters": filters, "view": "queue"}
+    part = QUEUE_PARTS.get(request.htmx.target or "") if request.htmx else None
+    if part != "inbox/_counts.html":
+        context["page"] = queries.page(pending, form.order, form.cursor)
+        context["rows"] = context["page"].items
+    if part != "inbox/_rows.html":
+        context["counts"] = queries.counts(request.user, filters, context.get("page"))
+    return render(request, part or "inbox/queue.html", context)
 
 
+@require_GET
 @login_required
-def action_detail(request, action_id: str):
-    try:
-        action = services.get_action_for_reviewer(action_id, request.user)
-    except ActionNotFound:
-        raise Http404("no such action") from None
+def decided(request: HtmxHttpRequest) -> HttpResponse:
+    """The history: actions the reviewer's groups can no longer decide, latest first."""
+    form = QueueFilterForm(request.GET, user=request.user)
+    form.is_valid()
+    filters = form.filters()
+    history = queries.filtered(queries.decided_for(request.user), filters, request.user)
+    page = queries.page(history, "decided", form.cursor)
     context = {
-        "action": action,
-        "payload_json": json.dumps(action.payload, indent=2, sort_keys=True, ensure_ascii=False),
-        "context_json": json.dumps(action.context, indent=2, sort_keys=True, ensure_ascii=False),
-        "history": AuditEvent.objects.for_action(action.pk),
+        "form": form,
+        "filters": filters,
+        "view": "decided",
+        "page": page,
+        "rows": page.items,
     }
-    return render(request, "inbox/action.html", context)
+    part = {"queue-results": "inbox/_results.html", "more": "inbox/_rows.html"}
+    target = request.htmx.target if request.htmx else None
+    return render(request, part.get(target or "", "inbox/decided.html"), context)
+
+
+def _reviewable(request: HttpRequest, action_id: str):
+    try:
+        return services.get_action_for_reviewer(action_id, request.user)
+    except ActionNotFound:
+        raise Http404("no such action, or not in your review groups") from None
+
+
+def _action_context(request: HttpRequest, action, **forms) -> dict:
+    before, after = queries.neighbours(request.user, action)
+    pending = not action.is_settled
+    return {
+        "action": action,
+        "outcome": presenters.outcome(action),
+        "leaves": presenters.leaves(action),
+        "mismatches": presenters.amount_mismatches(action),
+        "reviews": action.reviews.select_related("reviewer"),
+        "history": AuditEvent.objects.for_action(action.pk),
+        "approve_form": forms.get("approve") or (ApproveForm(action) if pending else None),
+        "reject_form": forms.get("reject") or (RejectForm(action) if pending else None),
+        "bounds": {path: presenters.bounds(action, path) for path in action.editable},
+        "previous": before,
+        "next": after,
+    }
+
+
+@require_GET
+@login_required
+def action_detail(request: HtmxHttpRequest, action_id: str) -> HttpResponse:
+    action = _reviewable(request, action_id)
+    template = "inbox/action.html"
+    if request.htmx and request.htmx.target in ("action", "reviews"):
+        template = f"inbox/_{request.htmx.target}.html"
+    return render(request, template, _action_context(request, action))
+
+
+@require_POST
+@login_required
+def decide(request: HtmxHttpRequest, action_id: str) -> HttpResponse:
+    """Approve (with edits) or reject. Errors come back on the form: 422 invalid, 409 too late."""
+    action = _reviewable(request, action_id)
+    verdict = request.POST.get("approve-verdict") or request.POST.get("reject-verdict")
+    form_class = {"approve": ApproveForm, "reject": RejectForm}.get(verdict or "")
+    if form_class is None:
+        return HttpResponse("verdict must be approve or reject", status=400)
+    form = form_class(action, request.POST)
+    if form.is_valid():
+        try:
+            services.decide(
+                action.pk,
+                by=request.user,
+                verdict=verdict,
+                edits=form.edits(),
+                note=form.note_text(),
+            )
+        except InvalidInput as error:
+            add_service_error(form, error)
+        except ActionNotPending:
+            return _after_decision(request, action_id, too_late=True)
+        except Forbidden as error:
+            return HttpResponse(error.message, status=403)
+        else:
+            return _after_decision(request, action_id, too_late=False)
+    context = _action_context(request, action, **{verdict: form})
+    template = "inbox/_action.html" if request.htmx else "inbox/action.html"
+    return render(request, template, context, status=422)
+
+
+def _after_decision(request: HtmxHttpRequest, action_id: str, *, too_late: bool) -> HttpResponse:
+    """Show the action as it now stands: a fragment for htmx, else redirect after success (PRG)."""
+    action = _reviewable(request, action_id)
+    if too_late:
+        messages.warning(request, "Too late: this action was already settled. Nothing was changed.")
+    elif not request.htmx:
+        return redirect("inbox:action", action_id=action_id)
+    template = "inbox/_action.html" if request.htmx else "inbox/action.html"
+    status = 409 if too_late else 200
+    return render(request, template, _action_context(request, action), status=status)

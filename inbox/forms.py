@@ -1,0 +1,169 @@
+"""Parsing what reviewers send: queue filters and the two decision forms.
+
+Forms only parse and type the input; whether an edit is allowed, in bounds, or
+still possible is for ``approvals.services.decide`` to say (its errors come
+back onto the form's fields).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django import forms
+from django.contrib.auth.models import Group
+
+from approvals.errors import InvalidInput
+from approvals.models import Action, ActionStatus
+from approvals.schemas import resolve_path
+
+from .queries import AGES, Filters
+
+SORTS = [("newest", "Newest first"), ("urgent", "Most urgent first")]
+AGE_CHOICES = [
+    ("", "Any age"),
+    ("lt1h", "Under 1 hour"),
+    ("1h-24h", "1 to 24 hours"),
+    ("gt24h", "Over 24 hours"),
+]
+HISTORY_STATUSES = [("", "Any outcome")] + [
+    (s, s.capitalize()) for s in ActionStatus.values if s != ActionStatus.PENDING
+]
+# Reason codes travel to the agent at the start of the note, as "[code] note".
+REJECT_REASONS = [
+    ("", "No reason code"),
+    ("wrong_amount", "Wrong amount"),
+    ("policy", "Against policy"),
+    ("duplicate", "Duplicate"),
+    ("needs_info", "Needs more information"),
+    ("suspicious", "Looks suspicious"),
+    ("other", "Other"),
+]
+assert set(AGES) == {value for value, _ in AGE_CHOICES if value}
+
+
+class QueueFilterForm(forms.Form):
+    q = forms.CharField(required=False, max_length=200, label="Search")
+    kind = forms.CharField(required=False, max_length=100)
+    agent = forms.CharField(required=False, max_length=100)
+    group = forms.IntegerField(required=False, min_value=1)
+    age = forms.ChoiceField(required=False, choices=AGE_CHOICES)
+    amount_min = forms.DecimalField(
+        required=False, min_value=0, decimal_places=2, label="Amount from"
+    )
+    amount_max = forms.DecimalField(
+        required=False, min_value=0, decimal_places=2, label="Amount to"
+    )
+    sort = forms.ChoiceField(required=False, choices=SORTS)
+    status = forms.ChoiceField(required=False, choices=HISTORY_STATUSES)
+    mine = forms.BooleanField(required=False, label="Decided by me")
+    after = forms.CharField(required=False, max_length=500)
+
+    def __init__(self, *args, user, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.groups = (Group.objects.all() if user.is_superuser else user.groups.all()).order_by(
+            "name"
+        )
+
+    def filters(self) -> Filters:
+        """The valid part of the query string: a bad value drops its filter, not the page."""
+        data = self.cleaned_data if self.is_bound else {}
+        cents = {
+            name: int(value * 100) if isinstance(value, Decimal) else None
+            for name, value in ((n, data.get(n)) for n in ("amount_min", "amount_max"))
+        }
+        return Filters(
+            q=(data.get("q") or "").strip(),
+            kind=data.get("kind") or "",
+            agent=data.get("agent") or "",
+            group=data.get("group"),
+            age=data.get("age") or "",
+            status=data.get("status") or "",
+            mine=bool(data.get("mine")),
+            **cents,
+        )
+
+    @property
+    def order(self) -> str:
+        return (self.cleaned_data.get("sort") if self.is_bound else None) or "newest"
+
+    @property
+    def cursor(self) -> str | None:
+        return (self.cleaned_data.get("after") if self.is_bound else None) or None
+
+
+def _edit_field(original) -> forms.Field:
+    """An input typed like the original value, so an edit keeps its JSON type."""
+    if isinstance(original, bool):
+        return forms.BooleanField(required=False)
+    if isinstance(original, int):
+        return forms.IntegerField()
+    if isinstance(original, float):
+        return forms.FloatField()
+    return forms.CharField(required=False, strip=False, max_length=10_000)
+
+
+class ApproveForm(forms.Form):
+    verdict = forms.CharField(widget=forms.HiddenInput, initial="approve")
+    note = forms.CharField(
+        required=False, max_length=5000, widget=forms.Textarea(attrs={"rows": 2}), label="Note"
+    )
+
+    def __init__(self, action: Action, *args, **kwargs):
+        kwargs.setdefault("prefix", "approve")
+        super().__init__(*args, **kwargs)
+        self.action = action
+        self.current = {}
+        for path in action.editable:
+            _, original = resolve_path({"payload": action.original_payload}, path)
+            _, current = resolve_path({"payload": action.payload}, path)
+            self.current[path] = current
+            field = _edit_field(original)
+            field.label = path
+            field.initial = current
+            field.widget.attrs["aria-describedby"] = f"id_{self.add_prefix(path)}-hint"
+            self.fields[path] = field
+
+    def edit_fields(self):
+        return [self[path] for path in self.action.editable]
+
+    def edits(self) -> dict:
+        """Only the paths the reviewer changed from what the page showed them."""
+        return {
+            path: self.cleaned_data[path]
+            for path, shown in self.current.items()
+            if self.cleaned_data.get(path) != shown
+        }
+
+    def note_text(self) -> str:
+        return self.cleaned_data["note"]
+
+
+class RejectForm(forms.Form):
+    verdict = forms.CharField(widget=forms.HiddenInput, initial="reject")
+    reason = forms.ChoiceField(required=False, choices=REJECT_REASONS, label="Reason code")
+    note = forms.CharField(
+        required=False,
+        max_length=4900,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        label="Note to the agent",
+    )
+
+    def __init__(self, action: Action, *args, **kwargs):
+        kwargs.setdefault("prefix", "reject")
+        super().__init__(*args, **kwargs)
+        self.action = action
+
+    def edits(self) -> dict:
+        return {}
+
+    def note_text(self) -> str:
+        reason, note = self.cleaned_data["reason"], self.cleaned_data["note"]
+        return f"[{reason}] {note}".strip() if reason else note
+
+
+def add_service_error(form: forms.Form, error: InvalidInput) -> None:
+    """Put a service's InvalidInput on the field it names (``edits.payload.x`` → ``payload.x``)."""
+    field = error.field or ""
+    name = field.removeprefix("edits.")
+    problem = error.message.removeprefix(f"{field}: ")
+    form.add_error(name if name in form.fields else None, problem)

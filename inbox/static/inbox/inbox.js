@@ -1,0 +1,391 @@
+/* Impri inbox: live updates, clocks, keyboard. A static file, so the page's
+ * Content-Security-Policy can forbid every inline script.
+ *
+ * Nothing here builds HTML from strings: server fragments arrive through htmx
+ * (escaped by Django), and everything else is set with textContent. */
+(function () {
+  "use strict";
+
+  const body = document.body;
+  const me = body.dataset.username || "";
+
+  // --- Clocks ---------------------------------------------------------------------------
+
+  function span(seconds) {
+    seconds = Math.max(0, Math.round(seconds));
+    if (seconds < 60) return seconds + " s";
+    const minutes = Math.floor(seconds / 60);
+    if (minutes < 60) return minutes + " min" + (minutes < 10 && seconds % 60 ? " " + (seconds % 60) + " s" : "");
+    const hours = Math.floor(minutes / 60);
+    if (hours < 48) return hours + " h" + (minutes % 60 ? " " + (minutes % 60) + " min" : "");
+    return Math.floor(hours / 24) + " d";
+  }
+
+  function when(el) {
+    const t = Date.parse(el.getAttribute("datetime"));
+    return Number.isNaN(t) ? null : t;
+  }
+
+  function tick() {
+    const now = Date.now();
+    document.querySelectorAll("time.ago").forEach(function (el) {
+      const t = when(el);
+      if (t !== null) el.textContent = span((now - t) / 1000) + " ago";
+    });
+    document.querySelectorAll("time.countdown").forEach(function (el) {
+      const t = when(el);
+      if (t === null) return;
+      const left = (t - now) / 1000;
+      el.textContent = left > 0 ? "expires in " + span(left) : "expired";
+      el.classList.toggle("soon", left > 0 && left < 300);
+      if (left <= 0 && !el.dataset.done) {
+        el.dataset.done = "1";
+        expiredLocally(el);
+      }
+    });
+  }
+
+  function expiredLocally(el) {
+    const row = el.closest("li.row");
+    if (row) return removeRow(row);
+    const page = el.closest("#action");
+    if (page) settle(page, { status: "expired", decided_by: null, decided_at: el.getAttribute("datetime") });
+  }
+
+  // --- The live socket ------------------------------------------------------------------
+
+  const live = document.getElementById("live");
+  let attempts = 0;
+  let wasOpen = false;
+
+  function setLive(state, text) {
+    if (!live) return;
+    live.dataset.state = state;
+    live.querySelector(".live-text").textContent = text;
+  }
+
+  function connect() {
+    const path = body.dataset.liveUrl;
+    if (!path || !("WebSocket" in window)) return;
+    const socket = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + location.host + path);
+    socket.addEventListener("message", function (event) {
+      let message;
+      try {
+        message = JSON.parse(event.data);
+      } catch (e) {
+        return;
+      }
+      if (message.event === "hello") {
+        setLive("on", "Live");
+        if (wasOpen) htmx.trigger(body, "inbox:resync"); // we may have missed changes
+        wasOpen = true;
+        attempts = 0;
+      } else if (message.action_id) {
+        onUpdate(message);
+      }
+    });
+    socket.addEventListener("close", function () {
+      setLive("off", "Reconnecting…");
+      attempts = Math.min(attempts + 1, 6);
+      window.setTimeout(connect, 500 * Math.pow(2, attempts));
+    });
+  }
+
+  function onUpdate(message) {
+    const page = document.getElementById("action");
+    if (page && page.dataset.actionId === message.action_id) {
+      if (message.status === "pending") htmx.trigger(body, "inbox:reviewed");
+      else settle(page, message);
+    }
+    if (document.getElementById("rows") && currentPage() === "queue") onQueueUpdate(message);
+  }
+
+  function currentPage() {
+    const el = document.querySelector("[data-page]");
+    return el ? el.dataset.page : "";
+  }
+
+  // --- Queue ------------------------------------------------------------------------------
+
+  function onQueueUpdate(message) {
+    const row = document.getElementById("row-" + message.action_id);
+    if (message.status !== "pending") {
+      if (row) removeRow(row);
+      return;
+    }
+    if (row) {
+      htmx.ajax("GET", rowUrl(message.action_id), { target: row, swap: "outerHTML" });
+      return;
+    }
+    if (new URLSearchParams(location.search).has("after")) return; // an older page: new rows go on the first
+    const place = placeFor(message);
+    if (!place) return;
+    htmx.ajax("GET", rowUrl(message.action_id), place).then(changed);
+  }
+
+  function rowUrl(id) {
+    const params = new URLSearchParams(location.search);
+    params.delete("after");
+    params.set("only", id);
+    return location.pathname + "?" + params.toString();
+  }
+
+  // Where a new row goes among the loaded ones, or null when it belongs to a page not loaded yet.
+  function placeFor(message) {
+    const list = document.getElementById("rows");
+    const urgent = document.querySelector("[data-sort]").dataset.sort === "urgent";
+    const key = urgent ? "expiresAt" : "createdAt";
+    const value = Date.parse(urgent ? message.expires_at : message.created_at);
+    const rows = list.querySelectorAll("li.row");
+    for (let i = 0; i < rows.length; i++) {
+      const other = Date.parse(rows[i].dataset[key]);
+      const before = urgent
+        ? value < other || (value === other && message.action_id < rows[i].dataset.actionId)
+        : value > other || (value === other && message.action_id > rows[i].dataset.actionId);
+      if (before) return { target: rows[i], swap: "beforebegin" };
+    }
+    if (list.dataset.hasMore === "1") return null;
+    return { target: list, swap: "beforeend" };
+  }
+
+  function removeRow(row) {
+    if (row.dataset.leaving) return;
+    row.dataset.leaving = "1";
+    const focused = row.contains(document.activeElement);
+    const neighbour = nextRow(row, 1) || nextRow(row, -1);
+    row.remove();
+    if (focused && neighbour) focusRow(neighbour);
+    changed();
+  }
+
+  function changed() {
+    htmx.trigger(body, "inbox:changed");
+  }
+
+  function nextRow(row, step) {
+    let el = step > 0 ? row.nextElementSibling : row.previousElementSibling;
+    while (el && !el.classList.contains("row")) el = step > 0 ? el.nextElementSibling : el.previousElementSibling;
+    return el;
+  }
+
+  function focusRow(row) {
+    document.querySelectorAll("li.row.selected").forEach(function (r) {
+      r.classList.remove("selected");
+    });
+    row.classList.add("selected");
+    const link = row.querySelector("a.row-link");
+    if (link) link.focus();
+    row.scrollIntoView({ block: "nearest" });
+  }
+
+  function moveInQueue(step) {
+    const rows = Array.from(document.querySelectorAll("#rows li.row"));
+    if (!rows.length) return;
+    const current = document.querySelector("#rows li.row.selected");
+    let index = current ? rows.indexOf(current) + step : 0;
+    index = Math.max(0, Math.min(rows.length - 1, index));
+    focusRow(rows[index]);
+  }
+
+  // --- Action page ------------------------------------------------------------------------
+
+  // Someone (or the clock) settled the action this page shows: say who and when, lock the forms.
+  function settle(page, message) {
+    if (page.dataset.status !== "pending") return;
+    page.dataset.status = message.status;
+    page.querySelectorAll("#decision fieldset").forEach(function (fieldset) {
+      fieldset.disabled = true;
+    });
+    page.querySelectorAll(".countdown-big").forEach(function (el) {
+      el.remove();
+    });
+    const pill = page.querySelector(".status-line .pill");
+    if (pill) {
+      pill.textContent = message.status;
+      pill.className = "pill pill-" + message.status;
+    }
+    const banner = document.getElementById("live-banner");
+    banner.replaceChildren();
+    const verb = document.createElement("strong");
+    verb.className = "settled-verb";
+    verb.textContent = message.status.charAt(0).toUpperCase() + message.status.slice(1);
+    banner.append(verb);
+    const by = message.decided_by;
+    if (by && by.name) {
+      banner.append(" by ");
+      const who = document.createElement("strong");
+      who.textContent = by.type === "reviewer" && by.name === me ? "you" : by.name;
+      banner.append(who);
+    }
+    if (message.decided_at) {
+      const time = document.createElement("time");
+      time.className = "ago";
+      time.setAttribute("datetime", message.decided_at);
+      banner.append(" ", time);
+    }
+    const locked = document.createElement("span");
+    locked.className = "locked";
+    locked.textContent = " · the form is locked: this action can no longer be decided.";
+    banner.append(locked);
+    banner.hidden = false;
+    tick();
+  }
+
+  function armApprove() {
+    const button = document.querySelector("#decision .approve");
+    if (!button || button.closest("fieldset").disabled) return;
+    if (button.classList.contains("armed")) {
+      button.form.requestSubmit(button);
+      return;
+    }
+    button.classList.add("armed");
+    button.focus();
+    const hint = button.parentElement.querySelector(".confirm-hint");
+    if (hint) hint.hidden = false;
+  }
+
+  function disarm() {
+    document.querySelectorAll(".approve.armed").forEach(function (button) {
+      button.classList.remove("armed");
+      const hint = button.parentElement.querySelector(".confirm-hint");
+      if (hint) hint.hidden = true;
+    });
+  }
+
+  function focusField(selector) {
+    const field = document.querySelector(selector);
+    if (!field || field.disabled) return;
+    field.focus();
+    if (field.select) field.select();
+  }
+
+  function follow(selector) {
+    const link = document.querySelector(selector);
+    if (link) window.location.assign(link.href);
+  }
+
+  // Amounts in minor units get a live "= $50.00 USD" beside the input.
+  function showMoney(input) {
+    const output = document.querySelector('output[data-money-for="' + CSS.escape(input.id) + '"]');
+    if (!output || !/_cents$/.test(input.name) || !output.dataset.currency) return;
+    const minor = Number(input.value);
+    if (input.value === "" || !Number.isInteger(minor)) {
+      output.textContent = "";
+      return;
+    }
+    const exponent = Number(output.dataset.exponent || 2);
+    let text;
+    try {
+      text = new Intl.NumberFormat("en-US", { style: "currency", currency: output.dataset.currency }).format(
+        minor / Math.pow(10, exponent)
+      );
+    } catch (e) {
+      text = (minor / Math.pow(10, exponent)).toFixed(exponent) + " " + output.dataset.currency;
+    }
+    output.textContent = "= " + text;
+  }
+
+  // --- Keyboard ---------------------------------------------------------------------------
+
+  function typingIn(target) {
+    return target.closest && target.closest("input, textarea, select, [contenteditable]");
+  }
+
+  document.addEventListener("keydown", function (event) {
+    if (event.defaultPrevented || document.querySelector("dialog[open]")) return; // the dialog has its own keys
+    const field = typingIn(event.target);
+    if (field) {
+      if (event.key === "Escape") field.blur();
+      if (event.key === "Enter" && (event.ctrlKey || event.metaKey) && field.form && field.form.matches("form.decide")) {
+        event.preventDefault();
+        field.form.requestSubmit(field.form.querySelector("button[type=submit]"));
+      }
+      return;
+    }
+    if (event.altKey || event.ctrlKey || event.metaKey) return;
+    const onAction = !!document.getElementById("action");
+    const keys = {
+      "?": function () {
+        const dialog = document.getElementById("keys");
+        if (dialog && !dialog.open) dialog.showModal();
+      },
+      j: function () {
+        onAction ? follow("[data-key-next]") : moveInQueue(1);
+      },
+      k: function () {
+        onAction ? follow("[data-key-prev]") : moveInQueue(-1);
+      },
+      a: armApprove,
+      r: function () {
+        focusField("#decision .decide-reject textarea");
+      },
+      e: function () {
+        focusField("#decision .edit-field input:not([type=hidden]), #decision .edit-field select");
+      },
+      u: function () {
+        if (onAction) follow("[data-key-up]");
+      },
+      "/": function () {
+        focusField("[data-search]");
+      },
+      Escape: disarm,
+    };
+    if (event.key !== "a" && event.key !== "Enter") disarm();
+    if (keys[event.key]) {
+      event.preventDefault();
+      keys[event.key]();
+    }
+  });
+
+  document.addEventListener("focusout", function (event) {
+    if (event.target.classList && event.target.classList.contains("armed")) disarm();
+  });
+
+  document.addEventListener("click", function (event) {
+    const opener = event.target.closest("[data-keys-open]");
+    if (opener) document.getElementById("keys").showModal();
+  });
+
+  document.addEventListener("input", function (event) {
+    if (event.target.closest(".edit-field")) showMoney(event.target);
+  });
+
+  // --- After htmx swaps ---------------------------------------------------------------
+
+  body.addEventListener("htmx:afterSettle", function (event) {
+    tick();
+    document.querySelectorAll(".edit-field input").forEach(showMoney);
+    if (event.detail.target && event.detail.target.id === "action") {
+      const error = document.querySelector("#action .has-error input, #action .has-error select");
+      const next = document.querySelector("#action .next-link");
+      if (error) error.focus();
+      else if (next && !document.querySelector("#action #decision fieldset:not([disabled])")) next.focus();
+    }
+  });
+
+  body.addEventListener("htmx:responseError", function (event) {
+    const status = event.detail.xhr ? event.detail.xhr.status : "?";
+    flash("The server answered " + status + ". Reload the page to see the current state.");
+  });
+
+  body.addEventListener("htmx:sendError", function () {
+    flash("Could not reach Impri. Check the connection and try again.");
+  });
+
+  function flash(text) {
+    let box = document.getElementById("flash");
+    if (!box) {
+      box = document.createElement("div");
+      box.id = "flash";
+      box.className = "alert alert-error flash";
+      box.setAttribute("role", "alert");
+      document.getElementById("main").prepend(box);
+    }
+    box.textContent = text;
+  }
+
+  document.querySelectorAll(".edit-field input").forEach(showMoney);
+  tick();
+  window.setInterval(tick, 1000);
+  connect();
+})();
