@@ -2,7 +2,10 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 
-from . import keys
+from . import (
+    admin_outbox,  # noqa: F401  (registers the outbox models)
+    keys,
+)
 from .models import Action, Agent, ApiKey
 
 

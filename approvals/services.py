@@ -606,7 +606,9 @@ def escalate_due(now=None) -> int:
                 },
             )
             outbox.enqueue_notifications(action, target, Notification.Kind.ESCALATED)
-            events.publish_on_commit(_load(action.pk), "action.escalated")
+            events.publish_on_commit(
+                _load(action.pk), "action.escalated", also_review_group_ids=[action.review_group_id]
+            )
             moved += 1
     return moved
 

@@ -120,6 +120,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "inbox.middleware.ContentSecurityPolicyMiddleware",
 ]
 
 ROOT_URLCONF = "impri.urls"
@@ -247,26 +248,38 @@ IMPRI_TICK_S = envfloat("IMPRI_TICK_S", "2", minimum=0.1)
 IMPRI_SLOW_TICK_S = envfloat("IMPRI_SLOW_TICK_S", "15", minimum=0.1)
 # An approved action with no reported result after this long is flagged and notified.
 IMPRI_REPORT_DEADLINE_S = envint("IMPRI_REPORT_DEADLINE_S", "3600", minimum=1)
+# Webhook POSTs give up after this many seconds per attempt (then retry with backoff).
+IMPRI_WEBHOOK_TIMEOUT_S = envfloat("IMPRI_WEBHOOK_TIMEOUT_S", "10", minimum=0.1)
+# How long a worker owns an outbox row it is sending; a killed worker's rows go again after this.
+IMPRI_WEBHOOK_LEASE_S = envfloat("IMPRI_WEBHOOK_LEASE_S", "60", minimum=1)
+# A delivery sweep stops taking new rows after this long, so one dead endpoint can't hold it.
+IMPRI_DELIVERY_SWEEP_BUDGET_S = envfloat("IMPRI_DELIVERY_SWEEP_BUDGET_S", "30", minimum=0)
 CELERY_BEAT_SCHEDULE = {
     "expire-overdue": {"task": "approvals.tasks.expire_overdue", "schedule": IMPRI_TICK_S},
     "deliver-webhooks": {"task": "approvals.tasks.deliver_webhooks", "schedule": IMPRI_TICK_S},
     "send-notifications": {"task": "approvals.tasks.send_notifications", "schedule": IMPRI_TICK_S},
     "escalate-overdue": {"task": "approvals.tasks.escalate_overdue", "schedule": IMPRI_SLOW_TICK_S},
     "send-reminders": {"task": "approvals.tasks.send_reminders", "schedule": IMPRI_SLOW_TICK_S},
-    "flag-stale-approvals": {"task": "approvals.tasks.flag_stale_approvals", "schedule": IMPRI_SLOW_TICK_S},
+    "flag-stale-approvals": {
+        "task": "approvals.tasks.flag_stale_approvals",
+        "schedule": IMPRI_SLOW_TICK_S,
+    },
 }
 
 # --- Email (notifications) ------------------------------------------------------
 # Without EMAIL_HOST, mail is written to the log instead of being sent.
 EMAIL_HOST = env("EMAIL_HOST")
 EMAIL_BACKEND = (
-    "django.core.mail.backends.smtp.EmailBackend" if EMAIL_HOST else "django.core.mail.backends.console.EmailBackend"
+    "django.core.mail.backends.smtp.EmailBackend"
+    if EMAIL_HOST
+    else "django.core.mail.backends.console.EmailBackend"
 )
 EMAIL_PORT = envint("EMAIL_PORT", "587", minimum=1)
 EMAIL_HOST_USER = env("EMAIL_HOST_USER")
 EMAIL_HOST_PASSWORD = env("EMAIL_HOST_PASSWORD")
 EMAIL_USE_TLS = envbool("EMAIL_USE_TLS", "true")
 DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "impri@localhost")
+EMAIL_TIMEOUT = envint("EMAIL_TIMEOUT", "10", minimum=1)
 
 LOGGING = {
     "version": 1,
@@ -274,5 +287,29 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env("IMPRI_LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "INFO"}},
+    "loggers": {
+        "django.db.backends": {"level": "INFO"},
+        # The MCP SDK logs every stateless request at INFO.
+        "mcp.server.streamable_http": {"level": "WARNING"},
+    },
 }
+
+# --- Inbox ----------------------------------------------------------------------
+# No 'unsafe-inline' and no 'unsafe-eval' for scripts or styles: every script is
+# a static file, every style is in inbox.css. 'self' covers ws(s) to this host.
+IMPRI_CSP = "; ".join(
+    [
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "img-src 'self' data:",
+        "connect-src 'self'",
+        "font-src 'self'",
+        "object-src 'none'",
+        "base-uri 'none'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+    ]
+)
+# The admin and the API docs bring their own pages (the docs load Swagger UI).
+IMPRI_CSP_EXEMPT_PREFIXES = ("/admin/", "/api/")

@@ -89,7 +89,9 @@ class Deployment:
         for server in self.servers:
             server.stop()
         if self.db_name:
-            self._admin_sql(self.base_db_url, f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
+            self._admin_sql(
+                self.base_db_url, f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)'
+            )
         shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
@@ -102,7 +104,11 @@ class Server:
             args.append("--no-migrate")
         self.log = open(deployment.data_dir / f"server-{self.port}.log", "w+")  # noqa: SIM115
         self.process = subprocess.Popen(
-            args, env={**deployment.env, **env}, stdout=self.log, stderr=subprocess.STDOUT, cwd=deployment.data_dir
+            args,
+            env={**deployment.env, **env},
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            cwd=deployment.data_dir,
         )
         self._wait_ready()
 

@@ -10,7 +10,13 @@ from django.contrib.auth.models import Group
 from django.utils import timezone
 
 from approvals import services
-from approvals.models import Action, ActionStatus, GroupNotificationSettings, Notification, WebhookDelivery
+from approvals.models import (
+    Action,
+    ActionStatus,
+    GroupNotificationSettings,
+    Notification,
+    WebhookDelivery,
+)
 from audit.models import AuditEvent
 from tests.conftest import make_reviewer
 from tests.factories import install_rules, make_action, refund
@@ -59,7 +65,12 @@ class TestEscalation:
         assert action.escalate_at is None
         event = AuditEvent.objects.get(action_id=action.pk, event="action.escalated")
         assert event.data == {"from": "support-leads", "to": "finance-leads", "rule": "payments"}
-        assert Notification.objects.filter(action=action, kind="escalated", group__name="finance-leads").count() == 1
+        assert (
+            Notification.objects.filter(
+                action=action, kind="escalated", group__name="finance-leads"
+            ).count()
+            == 1
+        )
         assert lead.client().post(f"/actions/{action.pk}/approve").status_code == 403
         assert cfo.client().post(f"/actions/{action.pk}/approve").status_code == 200
 
@@ -84,7 +95,9 @@ class TestEscalation:
 class TestReminders:
     def test_the_group_is_reminded_every_interval_while_undecided(self, agent, t0):
         reviewer_with_email("rita", "reviewers")
-        GroupNotificationSettings.objects.create(group=Group.objects.get(name="reviewers"), reminder_every_s=600)
+        GroupNotificationSettings.objects.create(
+            group=Group.objects.get(name="reviewers"), reminder_every_s=600
+        )
         with at(t0, 0):
             action = make_action(agent.agent)
         with at(t0, 599):
@@ -123,7 +136,9 @@ class TestStaleApprovals:
         assert AuditEvent.objects.filter(action_id=action.pk, event="action.stale").count() == 1
         assert Notification.objects.filter(action=action, kind="stale").count() == 1
         # Reporting late still works and is recorded.
-        services.report_result(action.pk, agent=agent.agent, status="executed", detail={"transaction_id": "re_late"})
+        services.report_result(
+            action.pk, agent=agent.agent, status="executed", detail={"transaction_id": "re_late"}
+        )
         action.refresh_from_db()
         assert action.status == ActionStatus.EXECUTED
 
@@ -141,10 +156,13 @@ class TestNotificationsOnArrival:
     def test_a_new_action_notifies_its_group_on_each_channel(self, agent):
         reviewer_with_email("rita", "reviewers")
         GroupNotificationSettings.objects.create(
-            group=Group.objects.get(name="reviewers"), slack_webhook_url="https://hooks.slack.example/T/B/x"
+            group=Group.objects.get(name="reviewers"),
+            slack_webhook_url="https://hooks.slack.example/T/B/x",
         )
         action = make_action(agent.agent)
-        assert sorted(Notification.objects.filter(action=action, kind="new").values_list("channel", flat=True)) == [
+        assert sorted(
+            Notification.objects.filter(action=action, kind="new").values_list("channel", flat=True)
+        ) == [
             "email",
             "slack",
         ]
@@ -156,7 +174,9 @@ class TestNotificationsOnArrival:
 
     def test_email_can_be_switched_off_for_a_group(self, agent):
         reviewer_with_email("rita", "reviewers")
-        GroupNotificationSettings.objects.create(group=Group.objects.get(name="reviewers"), email_enabled=False)
+        GroupNotificationSettings.objects.create(
+            group=Group.objects.get(name="reviewers"), email_enabled=False
+        )
         make_action(agent.agent)
         assert not Notification.objects.exists()
 
@@ -173,7 +193,9 @@ class TestWebhookOutbox:
     def test_a_decision_writes_one_delivery_with_the_await_body(self, agent, rita):
         action = make_action(agent.agent, callback_url=self.HOOK)
         assert not WebhookDelivery.objects.exists()  # nothing to say while pending
-        services.decide(action.pk, by=rita.user, verdict="approve", edits={"payload.amount_cents": 5000})
+        services.decide(
+            action.pk, by=rita.user, verdict="approve", edits={"payload.amount_cents": 5000}
+        )
         delivery = WebhookDelivery.objects.get()
         assert (delivery.url, delivery.event) == (self.HOOK, "action.approved")
         assert delivery.id.startswith("msg_")
@@ -192,7 +214,12 @@ class TestWebhookOutbox:
                 services.cancel_action(action.pk, agent=agent.agent)
             elif how == "expire":
                 services.expire_due()
-        expected = {"reject": "rejected", "cancel": "cancelled", "expire": "expired", "rule": "rejected"}[how]
+        expected = {
+            "reject": "rejected",
+            "cancel": "cancelled",
+            "expire": "expired",
+            "rule": "rejected",
+        }[how]
         delivery = WebhookDelivery.objects.get()
         assert delivery.body["status"] == expected
         assert delivery.event == f"action.{expected}"

@@ -99,7 +99,9 @@ def test_seed_refund_flow_end_to_end(server, keys):
 
 def test_waiter_gets_pending_when_nobody_decides(server, keys):
     action = push(server, keys["agent"])
-    response = server.client(keys["agent"]).get(f"/actions/{action['action_id']}/decision", params={"timeout_s": 1})
+    response = server.client(keys["agent"]).get(
+        f"/actions/{action['action_id']}/decision", params={"timeout_s": 1}
+    )
     assert response.status_code == 200
     assert response.json()["status"] == "pending"
 
@@ -109,7 +111,9 @@ def test_waiter_wakes_on_rejection(server, keys):
     waiter = Waiter(server, keys["agent"], action["action_id"], timeout_s=20)
     waiter.start()
     time.sleep(0.5)
-    server.client(keys["rita"]).post(f"/actions/{action['action_id']}/reject", json={"note": "not our fault"})
+    server.client(keys["rita"]).post(
+        f"/actions/{action['action_id']}/reject", json={"note": "not our fault"}
+    )
     waiter.join(timeout=25)
     assert waiter.response.json()["status"] == "rejected"
     assert waiter.response.json()["note"] == "not our fault"
@@ -187,7 +191,8 @@ class TestAcrossProcesses:
         waiter.start()
         time.sleep(0.5)
         response = second.client(rita).post(
-            f"/actions/{action['action_id']}/approve", json={"edits": {"payload.amount_cents": 4200}}
+            f"/actions/{action['action_id']}/approve",
+            json={"edits": {"payload.amount_cents": 4200}},
         )
         assert response.status_code == 200, response.text
         waiter.join(timeout=25)

@@ -7,53 +7,80 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('approvals', '0001_initial'),
+        ("approvals", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='action',
-            name='approvals_required',
+            model_name="action",
+            name="approvals_required",
             field=models.PositiveSmallIntegerField(default=1),
         ),
         migrations.AddField(
-            model_name='action',
-            name='edit_bounds',
+            model_name="action",
+            name="edit_bounds",
             field=models.JSONField(blank=True, default=dict),
         ),
         migrations.AddField(
-            model_name='action',
-            name='rule_name',
+            model_name="action",
+            name="rule_name",
             field=models.CharField(blank=True, max_length=200),
         ),
         migrations.AddField(
-            model_name='action',
-            name='rule_trace',
+            model_name="action",
+            name="rule_trace",
             field=models.JSONField(blank=True, default=list),
         ),
         migrations.AddField(
-            model_name='action',
-            name='rule_version',
+            model_name="action",
+            name="rule_version",
             field=models.PositiveIntegerField(blank=True, null=True),
         ),
         migrations.CreateModel(
-            name='Review',
+            name="Review",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('verdict', models.CharField(choices=[('approve', 'Approve'), ('reject', 'Reject')], max_length=10)),
-                ('edits', models.JSONField(blank=True, default=dict)),
-                ('payload_sha256', models.CharField(blank=True, max_length=64)),
-                ('note', models.TextField(blank=True)),
-                ('at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('action', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='reviews', to='approvals.action')),
-                ('reviewer', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "verdict",
+                    models.CharField(
+                        choices=[("approve", "Approve"), ("reject", "Reject")], max_length=10
+                    ),
+                ),
+                ("edits", models.JSONField(blank=True, default=dict)),
+                ("payload_sha256", models.CharField(blank=True, max_length=64)),
+                ("note", models.TextField(blank=True)),
+                ("at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "action",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="reviews",
+                        to="approvals.action",
+                    ),
+                ),
+                (
+                    "reviewer",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['at', 'pk'],
-                'constraints': [models.UniqueConstraint(fields=('action', 'reviewer'), name='review_one_per_reviewer_per_action')],
+                "ordering": ["at", "pk"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("action", "reviewer"), name="review_one_per_reviewer_per_action"
+                    )
+                ],
             },
         ),
     ]

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import argparse
 import os
 
+from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
@@ -22,13 +24,27 @@ class Command(BaseCommand):
             action="store_true",
             help="Trust X-Forwarded-For/-Proto from a proxy.",
         )
+        parser.add_argument(
+            "--ticker",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="Run expiry, deliveries and the other periodic sweeps in this process "
+            "(default: on in embedded mode, off when Celery beat does it).",
+        )
 
-    def handle(self, *args, host: str, port: int, no_migrate: bool, proxy_headers: bool, **options):
+    def handle(
+        self, *args, host: str, port: int, no_migrate: bool, proxy_headers: bool, ticker, **options
+    ):
+        import daphne.server  # noqa: F401  (installs the asyncio reactor before anything imports one)
         from daphne.cli import CommandLineInterface
+
+        from impri import ticker as embedded_ticker
 
         if not no_migrate:
             call_command("migrate", interactive=False, verbosity=0)
         services.default_group()
+        if settings.CELERY_TASK_ALWAYS_EAGER if ticker is None else ticker:
+            embedded_ticker.install_in_reactor()
         self.stdout.write(
             f"Impri is listening on http://{host}:{port}/ (inbox at /inbox/, API at /api/v1/)"
         )

@@ -1,0 +1,301 @@
+"""Tell reviewer groups about their queue: the sending side of the ``Notification`` outbox.
+
+The services write ``Notification`` rows (one per channel) when an action
+reaches a group, is escalated to it, is still undecided at reminder time, or was
+approved and never reported. :func:`send_due` sends what is due, with the same
+lease, retry and give-up rules as webhooks (see ``approvals.webhooks``).
+
+Every message links to the action's page in the inbox and never to anything
+that acts on a GET: mail scanners and link unfurlers open links, and silence
+or a scanner must never count as consent. Text from the agent (title, kind,
+agent name, currency) is untrusted: emails are plain text only, subjects are
+one line, and Slack's control characters are escaped.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from datetime import datetime
+
+import httpx
+from django.conf import settings
+from django.core.mail import get_connection, send_mail
+
+from inbox.presenters import payload_money
+
+from . import webhooks
+from .models import Action, ActionStatus, GroupNotificationSettings, Notification
+from .presenters import inbox_url
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_BASE_URL = "http://localhost:8000"
+SUBJECT_PREFIX = "[Impri] "
+
+HEADLINES = {
+    Notification.Kind.NEW: "Review needed",
+    Notification.Kind.ESCALATED: "Escalated to you",
+    Notification.Kind.REMINDER: "Still waiting for review",
+    Notification.Kind.STALE: "Approved, but no result reported",
+}
+# Kinds about an action that should still be waiting for this group.
+WAITING_KINDS = (Notification.Kind.NEW, Notification.Kind.ESCALATED, Notification.Kind.REMINDER)
+# A stale notice is moot once the agent reported.
+REPORTED = (ActionStatus.EXECUTED, ActionStatus.FAILED)
+
+
+class Skip(Exception):
+    """Nothing to send for this row; closed as given up, with the reason."""
+
+
+def base_url() -> str:
+    return getattr(settings, "IMPRI_BASE_URL", "") or DEFAULT_BASE_URL
+
+
+def send_due(now: datetime | None = None, limit: int = 50, budget_s: float | None = None) -> int:
+    """Send the notifications that are due (at most ``limit``); the number of attempts made.
+
+    Like webhooks, one sweep stays short: a mail server or Slack hook that does
+    not answer is tried once per sweep, and the sweep stops after its budget.
+    """
+    read_clock = webhooks.clock(now)
+    rows = list(
+        Notification.objects.due(read_clock())
+        .order_by("next_attempt_at", "pk")
+        .values_list("pk", "channel", "group_id")[:limit]
+    )
+    if not rows:
+        return 0
+    sweep = webhooks.Sweep(budget_s)
+    with httpx.Client(
+        timeout=httpx.Timeout(webhooks.request_timeout_s()),
+        follow_redirects=False,
+        headers={"user-agent": webhooks.USER_AGENT},
+    ) as client:
+        for pk, channel, group_id in rows:
+            # Email goes through one mail server; each group has its own Slack hook.
+            where = "email" if channel == Notification.Channel.EMAIL else f"{channel}:{group_id}"
+            if sweep.wants(where):
+                sweep.done(where, send_one(client, pk, read_clock))
+    return sweep.attempted
+
+
+def send_one(client: httpx.Client, pk: int, read_clock: Callable[[], datetime]) -> str:
+    """Lease one row and make one attempt; an outcome from ``approvals.webhooks``."""
+    lease_until = webhooks.take_lease(Notification, pk, read_clock())
+    if lease_until is None:
+        return webhooks.BUSY
+    note = Notification.objects.select_related("action__agent", "group").get(pk=pk)
+    try:
+        check_still_relevant(note)
+        if note.channel == Notification.Channel.EMAIL:
+            send_email(note)
+        elif note.channel == Notification.Channel.SLACK:
+            send_slack(client, note)
+        else:
+            raise Skip(f"unknown channel {note.channel!r}")
+    except Skip as skip:
+        Notification.objects.filter(pk=pk, locked_until=lease_until).update(
+            last_error=f"skipped: {skip}", locked_until=None, gave_up_at=read_clock()
+        )
+        logger.info("notification %s skipped: %s", pk, skip)
+        return webhooks.FAILED
+    except Exception as exc:  # a failed send is retried with backoff, whatever broke
+        error = str(exc) if isinstance(exc, SlackError) else webhooks.describe(exc)
+        gave_up = webhooks.record_failure(
+            Notification, pk, lease_until, note.created_at, note.attempts, error, read_clock()
+        )
+        log = logger.error if gave_up else logger.warning
+        log("notification %s (%s to %s) failed: %s", pk, note.channel, note.group, error)
+        # No answer from the mail server or the hook: leave its other messages for next time.
+        no_answer = isinstance(exc, OSError | httpx.TransportError)
+        return webhooks.UNREACHABLE if no_answer else webhooks.FAILED
+    webhooks.record_success(Notification, pk, read_clock())
+    return webhooks.SENT
+
+
+def check_still_relevant(note: Notification) -> None:
+    action = note.action
+    if note.kind in WAITING_KINDS:
+        if action.effective_status != ActionStatus.PENDING:
+            raise Skip(f"the action is {action.effective_status} now")
+        if action.review_group_id != note.group_id:
+            raise Skip("the action has moved to another group")
+    elif note.kind == Notification.Kind.STALE and action.status in REPORTED:
+        raise Skip("the agent has reported a result since")
+
+
+def group_settings(note: Notification) -> GroupNotificationSettings:
+    try:
+        return note.group.notification_settings
+    except GroupNotificationSettings.DoesNotExist:
+        return GroupNotificationSettings(group=note.group)
+
+
+# --- What a message says ----------------------------------------------------------
+
+
+def one_line(text: str, limit: int = 200) -> str:
+    """Untrusted text fit for a header or a field: no line breaks or control characters."""
+    text = re.sub(r"[\x00-\x1f\x7f\u2028\u2029]+", " ", str(text))
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def amount_text(action: Action) -> str:
+    money = payload_money(action.payload)
+    return one_line(str(money), 60) if money else ""
+
+
+def when(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M UTC") if value else "—"
+
+
+def situation(note: Notification) -> str:
+    action, group = note.action, one_line(note.group.name)
+    if note.kind == Notification.Kind.NEW:
+        return f"A new action is waiting for review by {group}."
+    if note.kind == Notification.Kind.ESCALATED:
+        return f"An undecided action has been escalated to {group}."
+    if note.kind == Notification.Kind.REMINDER:
+        return (
+            f"This action is still waiting for review by {group} (since {when(action.created_at)})."
+        )
+    return (
+        f"This action was approved at {when(action.decided_at)}, but the agent has not "
+        "reported whether it was carried out. Check with the agent's owner."
+    )
+
+
+def facts(note: Notification) -> list[tuple[str, str]]:
+    action = note.action
+    rows = [("Title", one_line(action.title)), ("Kind", one_line(action.kind, 100))]
+    amount = amount_text(action)
+    if amount:
+        rows.append(("Amount", amount))
+    rows.append(("Agent", one_line(action.agent.name, 100)))
+    rows.append(("Group", one_line(note.group.name, 150)))
+    if note.kind in WAITING_KINDS:
+        rows.append(("Expires", f"{when(action.expires_at)} (unanswered, it expires unapproved)"))
+    return rows
+
+
+# --- Email ------------------------------------------------------------------------
+
+
+def recipients(note: Notification, prefs: GroupNotificationSettings) -> list[str]:
+    members = note.group.user_set.filter(is_active=True).exclude(email="").order_by("pk")
+    addresses = [user.email for user in members] + [
+        e for e in (prefs.extra_emails or []) if isinstance(e, str)
+    ]
+    seen, unique = set(), []
+    for address in (a.strip() for a in addresses):
+        if address and address.lower() not in seen:
+            seen.add(address.lower())
+            unique.append(address)
+    return unique
+
+
+def email_subject(note: Notification) -> str:
+    action = note.action
+    amount = amount_text(action)
+    subject = f"{SUBJECT_PREFIX}{HEADLINES[note.kind]}: {one_line(action.title, 150)}"
+    return one_line(f"{subject} ({amount})" if amount else subject, 250)
+
+
+def email_body(note: Notification) -> str:
+    link = inbox_url(note.action, base_url())
+    width = max(len(label) for label, _ in facts(note)) + 2
+    lines = [situation(note), ""]
+    lines += [f"{label + ':':<{width}}{value}" for label, value in facts(note)]
+    lines += [
+        "",
+        "Open it in Impri to review (you will be asked to sign in):",
+        link,
+        "",
+        "This email has no approve or reject link on purpose: decide on the action's page.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def send_email(note: Notification) -> None:
+    prefs = group_settings(note)
+    if not prefs.email_enabled:
+        raise Skip(f"email is turned off for {note.group}")
+    to = recipients(note, prefs)
+    if not to:
+        raise Skip(f"nobody in {note.group} has an email address and there are no extra emails")
+    # Django's SMTP backend waits forever by default; a sweep must not.
+    timeout = getattr(settings, "EMAIL_TIMEOUT", None) or webhooks.request_timeout_s()
+    send_mail(
+        email_subject(note),
+        email_body(note),
+        None,
+        to,
+        fail_silently=False,
+        connection=get_connection(timeout=timeout),
+    )
+
+
+# --- Slack ------------------------------------------------------------------------
+
+
+def slack_escape(text: str) -> str:
+    """Slack's three control characters; stops links, mentions (<!channel>) and fake markup."""
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def slack_message(note: Notification) -> dict:
+    action = note.action
+    link = inbox_url(action, base_url())
+    headline = HEADLINES[note.kind]
+    title = slack_escape(one_line(action.title))
+    agent = slack_escape(one_line(action.agent.name, 100))
+    amount = slack_escape(amount_text(action))
+    fields = [f"*Agent*\n{agent}", f"*Kind*\n{slack_escape(one_line(action.kind, 100))}"]
+    if amount:
+        fields.insert(0, f"*Amount*\n{amount}")
+    fields.append(f"*Group*\n{slack_escape(one_line(note.group.name, 150))}")
+    summary = " · ".join(p for p in (title, amount, f"agent {agent}") if p)
+    return {
+        "text": f"{headline}: {summary} <{link}|Open in Impri>",
+        "blocks": [
+            {
+                "type": "section",
+                "text": {"type": "mrkdwn", "text": f"*{headline}*\n<{link}|{title}>"},
+            },
+            {
+                "type": "section",
+                "fields": [{"type": "mrkdwn", "text": f} for f in fields],
+            },
+            {
+                "type": "context",
+                "elements": [
+                    {
+                        "type": "mrkdwn",
+                        "text": f"{slack_escape(situation(note))} "
+                        f"<{link}|Decide in Impri>; there is no approve button here on purpose.",
+                    }
+                ],
+            },
+        ],
+    }
+
+
+def send_slack(client: httpx.Client, note: Notification) -> None:
+    url = group_settings(note).slack_webhook_url
+    if not url:
+        raise Skip(f"{note.group} has no Slack webhook URL")
+    if not webhooks.is_http_url(url):
+        raise Skip(f"the Slack webhook URL of {note.group} is not an http(s) URL")
+    response = client.post(url, json=slack_message(note))
+    if not 200 <= response.status_code < 300:
+        raise SlackError(
+            f"HTTP {response.status_code}: {response.text[: webhooks.ERROR_BODY_CHARS].strip()}"
+        )
+
+
+class SlackError(Exception):
+    pass

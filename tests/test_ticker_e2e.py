@@ -1,0 +1,93 @@
+"""The embedded ticker: one `impri serve` process expires actions and delivers webhooks on time."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from tests.conftest import SCALED
+from tests.factories import refund_body
+from tests.live import Deployment
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(
+        SCALED, reason="the scaled leg runs these sweeps in a real Celery worker instead"
+    ),
+]
+
+
+class Receiver(ThreadingHTTPServer):
+    """Collects webhook POSTs on 127.0.0.1."""
+
+    def __init__(self):
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.received: list[dict] = []
+        self.arrived = threading.Event()
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/hook"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.server.received.append({"headers": dict(self.headers), "body": json.loads(body)})
+        self.server.arrived.set()
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def deployment():
+    dep = Deployment(IMPRI_TICK_S="0.5", IMPRI_AWAIT_REREAD_S="30")
+    dep.server = dep.start_server()
+    dep.agent_key = dep.last_word("createagent", "support-bot")
+    dep.impri("createreviewer", "rita")
+    dep.rita = dep.last_word("token", "rita")
+    yield dep
+    dep.close()
+
+
+def test_an_action_expires_on_time_and_its_waiter_hears_it(deployment):
+    server = deployment.server
+    receiver = Receiver()
+    pushed = server.client(deployment.agent_key).post(
+        "/actions", json=refund_body(expires_in_s=1, callback_url=receiver.url)
+    )
+    assert pushed.status_code == 201, pushed.text
+    action_id = pushed.json()["action_id"]
+    # Re-reads are 30 s apart and the wait is 20 s: only the ticker's expiry, published in
+    # this process, can answer "expired" before the timeout.
+    started = time.monotonic()
+    decision = server.client(deployment.agent_key, timeout=40).get(
+        f"/actions/{action_id}/decision", params={"timeout_s": 20}
+    )
+    assert decision.json()["status"] == "expired"
+    # At the 20 s timeout the re-read alone would also say "expired"; well before it, only the
+    # ticker's sweep, published in this process, can have answered.
+    assert time.monotonic() - started < 15
+    trail = (
+        server.client(deployment.rita)
+        .get("/audit", params={"action_id": action_id})
+        .json()["items"]
+    )
+    assert "action.expired" in [
+        event["event"] for event in trail
+    ]  # persisted by the sweep, not just read
+    assert receiver.arrived.wait(15), "the ticker never delivered the webhook"
+    delivery = receiver.received[0]
+    assert delivery["body"]["status"] == "expired"
+    assert delivery["body"]["action_id"] == action_id
+    assert delivery["headers"]["webhook-id"].startswith("msg_")
+    assert delivery["headers"]["webhook-signature"].startswith("v1,")
+    receiver.shutdown()
