@@ -238,3 +238,20 @@ class TestWebhookOutbox:
     def test_every_agent_has_its_own_secret(self, agent, other_agent):
         assert agent.agent.webhook_secret.startswith("whsec_")
         assert agent.agent.webhook_secret != other_agent.agent.webhook_secret
+
+
+def test_a_stale_approval_is_flagged_in_the_inbox(agent, rita, settings):
+    from django.test import Client
+
+    settings.IMPRI_REPORT_DEADLINE_S = 60
+    action = make_action(agent.agent)
+    services.decide(action.pk, by=rita.user, verdict="approve")
+    browser = Client()
+    browser.force_login(rita.user)
+    assert "No result reported" not in browser.get(f"/inbox/actions/{action.pk}").content.decode()
+    with time_machine.travel(timezone.now() + timedelta(seconds=61), tick=False):
+        assert services.flag_stale() == 1
+    assert "No result reported" in browser.get(f"/inbox/actions/{action.pk}").content.decode()
+    assert "no result reported" in browser.get("/inbox/decided/").content.decode()
+    services.report_result(action.pk, agent=agent.agent, status="executed")
+    assert "No result reported" not in browser.get(f"/inbox/actions/{action.pk}").content.decode()

@@ -96,6 +96,21 @@ def test_seed_refund_flow_end_to_end(server, keys):
     assert final["payload"]["amount_cents"] == 5000
     assert final["original_payload"]["amount_cents"] == 8400
 
+    # The paper trail: who proposed, which rule routed, who approved what, which transaction ran it.
+    rita = server.client(keys["rita"])
+    trail = rita.get("/audit", params={"action_id": action["action_id"]}).json()["items"]
+    assert [(e["event"], e["actor_id"]) for e in trail] == [
+        ("action.pushed", "support-bot"),
+        ("rule.matched", "(default)"),
+        ("action.edited", "rita"),
+        ("action.approved", "rita"),
+        ("result.reported", "support-bot"),
+    ]
+    assert trail[2]["data"]["changes"] == {"payload.amount_cents": {"before": 8400, "after": 5000}}
+    assert trail[4]["data"]["detail"] == {"transaction_id": "re_3PqK9L2e"}
+    assert trail[4]["data"]["approved_payload_sha256"] == trail[3]["data"]["payload_sha256"]
+    assert rita.get("/audit/verify").json()["ok"] is True
+
 
 def test_waiter_gets_pending_when_nobody_decides(server, keys):
     action = push(server, keys["agent"])
