@@ -286,7 +286,25 @@ class OutboxQuerySet(models.QuerySet):
         ).filter(Q(locked_until__isnull=True) | Q(locked_until__lte=now))
 
 
-class WebhookDelivery(models.Model):
+class OutboxRow(models.Model):
+    """What every outbox row has: when it is due, who holds its lease, how it ended."""
+
+    created_at = models.DateTimeField(default=timezone.now)
+    next_attempt_at = models.DateTimeField(default=timezone.now, db_index=True)
+    attempts = models.PositiveIntegerField(default=0)
+    locked_until = models.DateTimeField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    gave_up_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+
+    objects = OutboxQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+        ordering = ["-created_at"]
+
+
+class WebhookDelivery(OutboxRow):
     """One webhook message to an agent's callback_url: an outbox row, delivered at least once.
 
     Written in the transaction of the change it announces, so it exists exactly
@@ -300,18 +318,6 @@ class WebhookDelivery(models.Model):
     event = models.CharField(max_length=40)
     url = models.URLField(max_length=2000)
     body = models.JSONField()
-    created_at = models.DateTimeField(default=timezone.now)
-    next_attempt_at = models.DateTimeField(default=timezone.now, db_index=True)
-    attempts = models.PositiveIntegerField(default=0)
-    locked_until = models.DateTimeField(null=True, blank=True)
-    delivered_at = models.DateTimeField(null=True, blank=True)
-    gave_up_at = models.DateTimeField(null=True, blank=True)
-    last_error = models.TextField(blank=True)
-
-    objects = OutboxQuerySet.as_manager()
-
-    class Meta:
-        ordering = ["-created_at"]
 
     def __str__(self) -> str:
         return f"{self.id} {self.event} → {self.url}"
@@ -361,7 +367,7 @@ class GroupNotificationSettings(models.Model):
         return f"notifications for {self.group}"
 
 
-class Notification(models.Model):
+class Notification(OutboxRow):
     """One message to a reviewer group about an action: an outbox row like WebhookDelivery."""
 
     class Kind(models.TextChoices):
@@ -378,18 +384,6 @@ class Notification(models.Model):
     group = models.ForeignKey(Group, on_delete=models.CASCADE, related_name="+")
     kind = models.CharField(max_length=12, choices=Kind.choices)
     channel = models.CharField(max_length=8, choices=Channel.choices)
-    created_at = models.DateTimeField(default=timezone.now)
-    next_attempt_at = models.DateTimeField(default=timezone.now, db_index=True)
-    attempts = models.PositiveIntegerField(default=0)
-    locked_until = models.DateTimeField(null=True, blank=True)
-    delivered_at = models.DateTimeField(null=True, blank=True)
-    gave_up_at = models.DateTimeField(null=True, blank=True)
-    last_error = models.TextField(blank=True)
-
-    objects = OutboxQuerySet.as_manager()
-
-    class Meta:
-        ordering = ["-created_at"]
 
     def __str__(self) -> str:
         return f"{self.kind} {self.channel} to {self.group} about {self.action_id}"
