@@ -182,36 +182,35 @@ def test_openapi_lists_every_endpoint(server):
         assert path in paths, path
 
 
-class TestAcrossProcesses:
-    """A decision made by one daphne process wakes a waiter held by another."""
+@pytest.fixture(scope="module")
+def pair():
+    """Two daphne processes sharing one deployment, like servers behind a proxy."""
+    # With Redis the message crosses processes, so the re-read can be slow (30 s)
+    # and the waiter must still return at once. With the in-memory layer it can't:
+    # only the re-read (every 1 s here) finds the decision.
+    dep = Deployment(IMPRI_AWAIT_REREAD_S="30" if SCALED else "1")
+    first = dep.start_server()
+    second = dep.start_server()
+    agent_key = dep.last_word("createagent", "support-bot")
+    dep.impri("createreviewer", "rita")
+    rita = dep.last_word("token", "rita")
+    yield first, second, agent_key, rita
+    dep.close()
 
-    @pytest.fixture(scope="class")
-    def pair(self):
-        # With Redis the message crosses processes, so the re-read can be slow (30 s)
-        # and the waiter must still return at once. With the in-memory layer it can't:
-        # only the re-read (every 1 s here) finds the decision.
-        dep = Deployment(IMPRI_AWAIT_REREAD_S="30" if SCALED else "1")
-        first = dep.start_server()
-        second = dep.start_server()
-        agent_key = dep.last_word("createagent", "support-bot")
-        dep.impri("createreviewer", "rita")
-        rita = dep.last_word("token", "rita")
-        yield first, second, agent_key, rita
-        dep.close()
 
-    def test_decision_in_another_process_wakes_the_waiter(self, pair):
-        first, second, agent_key, rita = pair
-        action = push(first, agent_key)
-        waiter = Waiter(first, agent_key, action["action_id"], timeout_s=20)
-        waiter.start()
-        time.sleep(0.5)
-        response = second.client(rita).post(
-            f"/actions/{action['action_id']}/approve",
-            json={"edits": {"payload.amount_cents": 4200}},
-        )
-        assert response.status_code == 200, response.text
-        waiter.join(timeout=25)
-        decision = waiter.response.json()
-        assert decision["status"] == "approved"
-        assert decision["payload"]["amount_cents"] == 4200
-        assert waiter.elapsed < 15, "the waiter ran to its timeout instead of being woken"
+def test_a_decision_in_another_process_wakes_the_waiter(pair):
+    first, second, agent_key, rita = pair
+    action = push(first, agent_key)
+    waiter = Waiter(first, agent_key, action["action_id"], timeout_s=20)
+    waiter.start()
+    time.sleep(0.5)
+    response = second.client(rita).post(
+        f"/actions/{action['action_id']}/approve",
+        json={"edits": {"payload.amount_cents": 4200}},
+    )
+    assert response.status_code == 200, response.text
+    waiter.join(timeout=25)
+    decision = waiter.response.json()
+    assert decision["status"] == "approved"
+    assert decision["payload"]["amount_cents"] == 4200
+    assert waiter.elapsed < 15, "the waiter ran to its timeout instead of being woken"
