@@ -17,7 +17,7 @@ from audit import log as audit_log
 from audit.models import AuditEvent
 from tests.conftest import SCALED
 from tests.factories import make_action
-from tests.test_concurrency import run_together
+from tests.threads import run_together
 
 
 def build_chain(agent, rita, n_actions: int = 12) -> list[AuditEvent]:

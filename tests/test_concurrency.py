@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from approvals import services
@@ -18,23 +15,9 @@ from audit import log as audit_log
 from audit.models import AuditEvent
 from tests.conftest import make_reviewer
 from tests.factories import make_action, refund_body
+from tests.threads import run_together
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def run_together(calls: list) -> list:
-    """Start every call at the same instant, each on its own thread and DB connection."""
-    barrier = threading.Barrier(len(calls))
-
-    def run(call):
-        try:
-            barrier.wait()
-            return call()
-        finally:
-            connection.close()
-
-    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
-        return list(pool.map(run, calls))
 
 
 def test_simultaneous_decisions_produce_exactly_one_outcome(agent):

@@ -23,7 +23,8 @@ from approvals.presenters import inbox_url
 from tests.conftest import make_agent
 from tests.factories import make_action
 from tests.live import free_port
-from tests.test_webhooks import Receiver, run_together
+from tests.test_webhooks import Receiver
+from tests.threads import run_together
 
 BASE = "https://impri.example.com"
 URL_RE = re.compile(r"https?://[^\s<>|]+")

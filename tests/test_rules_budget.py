@@ -10,7 +10,7 @@ import time_machine
 from approvals.models import Action
 from rules.models import BudgetCounter
 from tests.factories import install_rules, refund
-from tests.test_concurrency import run_together
+from tests.threads import run_together
 
 BUDGET = """
 rules:

@@ -30,6 +30,7 @@ from approvals import webhooks
 from approvals.models import WebhookAttempt, WebhookDelivery
 from tests.factories import make_action
 from tests.live import free_port
+from tests.threads import run_together
 
 # The Standard Webhooks specification's test vector (libraries/*/tests in
 # github.com/standard-webhooks/standard-webhooks).
@@ -461,21 +462,6 @@ def test_a_sweep_stops_taking_rows_once_its_budget_is_spent(agent, receivers, se
 
 
 # --- Leases: one sender at a time, at least once ----------------------------------
-
-
-def run_together(calls: list) -> list:
-    """Start every call at the same instant, each on its own thread and DB connection."""
-    barrier = threading.Barrier(len(calls))
-
-    def run(call):
-        try:
-            barrier.wait()
-            return call()
-        finally:
-            connection.close()
-
-    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
-        return list(pool.map(run, calls))
 
 
 @pytest.mark.django_db(transaction=True)
