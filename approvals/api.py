@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 from datetime import datetime
 from typing import Literal
 
+import psycopg
+from django.db import DatabaseError
 from django.db.models import Q
 from django.http import HttpRequest
 from ninja import Field, NinjaAPI, Query, Router, Schema, Status
@@ -16,7 +19,7 @@ from ninja.security import HttpBearer
 from audit import export as audit_export
 from audit import log as audit_log
 
-from . import keys, services
+from . import dbexec, faults, keys, services
 from .errors import Forbidden, ImpriError, InvalidInput
 from .models import Action
 from .presenters import action_out, decision_out
@@ -32,10 +35,14 @@ from .schemas import (
     ResultIn,
 )
 
+logger = logging.getLogger(__name__)
+
 
 class KeyAuth(HttpBearer):
-    def authenticate(self, request: HttpRequest, token: str) -> keys.Principal | None:
-        return keys.authenticate(token)
+    """Bearer keys, checked on the database pool: a request holds no thread of its own."""
+
+    async def authenticate(self, request: HttpRequest, token: str) -> keys.Principal | None:
+        return await dbexec.run(keys.authenticate, token)
 
 
 api = NinjaAPI(
@@ -56,6 +63,22 @@ ERRORS = {401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 422: Error
 @api.exception_handler(ImpriError)
 def _domain_error(request, exc: ImpriError):
     return api.create_response(request, exc.as_dict(), status=exc.status_code)
+
+
+@api.exception_handler(Exception)
+def _unexpected_error(request, exc: Exception):
+    """Nothing on /api/ answers an HTML page: a database away is 503, the rest a JSON 500."""
+    if isinstance(exc, DatabaseError | psycopg.Error):
+        faults.note("database", "the API answers 503", exc)
+        return api.create_response(
+            request,
+            {"detail": "the database is unavailable; retry shortly", "code": "unavailable"},
+            status=503,
+        )
+    logger.exception("unexpected error on %s %s", request.method, request.path)
+    return api.create_response(
+        request, {"detail": "internal error; it was logged", "code": "internal"}, status=500
+    )
 
 
 @api.exception_handler(AuthenticationError)
@@ -136,6 +159,7 @@ def _read(request, action_id: str) -> Action:
 
 
 @router.post("/actions", response={200: ActionOut, 201: ActionOut, **ERRORS})
+@dbexec.view
 def push_action(request, data: ActionIn):
     """Propose an action. 201 when created, 200 with the same body when an Idempotency-Key is replayed."""
     header_key = request.headers.get("Idempotency-Key")
@@ -146,21 +170,27 @@ def push_action(request, data: ActionIn):
 
 
 @router.get("/actions/{action_id}", response={200: ActionOut, **ERRORS})
+@dbexec.view
 def get_action(request, action_id: str):
     return action_out(_read(request, action_id), _base(request))
 
 
 @router.get("/actions/{action_id}/decision", response={200: DecisionOut, **ERRORS})
 async def await_decision(request, action_id: str, timeout_s: float = Query(0, ge=0)):
-    """Long-poll: answers as soon as the action is decided, else with status pending after timeout_s."""
+    """Long-poll: answers as soon as the action is decided, else with status pending after timeout_s.
+
+    While it waits it holds no thread and no database connection (see
+    ``approvals.waiting``); on shutdown it answers pending at once: call again.
+    """
     principal: keys.Principal = request.auth
     if principal.agent is None:
         raise Forbidden("only the agent that pushed an action can await its decision")
     action = await services.await_decision(action_id, agent=principal.agent, timeout_s=timeout_s)
-    return decision_out(action)
+    return await dbexec.run(decision_out, action)
 
 
 @router.post("/actions/{action_id}/result", response={200: ActionOut, **ERRORS})
+@dbexec.view
 def report_result(request, action_id: str, data: ResultIn):
     action = services.report_result(
         action_id, agent=_agent(request), status=data.status, detail=data.detail
@@ -169,6 +199,7 @@ def report_result(request, action_id: str, data: ResultIn):
 
 
 @router.post("/actions/{action_id}/cancel", response={200: ActionOut, **ERRORS})
+@dbexec.view
 def cancel_action(request, action_id: str, data: CancelIn | None = None):
     reason = data.reason if data else ""
     return action_out(
@@ -188,6 +219,7 @@ class ListFilters(Schema):
 
 
 @router.get("/actions", response={200: ActionPage, **ERRORS})
+@dbexec.view
 def list_actions(request, filters: Query[ListFilters]):
     """Newest first. Agents see their own actions; reviewers those routed to their groups."""
     principal: keys.Principal = request.auth
@@ -236,6 +268,7 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
 
 
 @router.post("/actions/{action_id}/approve", response={200: ActionOut, **ERRORS})
+@dbexec.view
 def approve(request, action_id: str, data: DecisionIn | None = None):
     data = data or DecisionIn()
     action = services.decide(
@@ -245,6 +278,7 @@ def approve(request, action_id: str, data: DecisionIn | None = None):
 
 
 @router.post("/actions/{action_id}/reject", response={200: ActionOut, **ERRORS})
+@dbexec.view
 def reject(request, action_id: str, data: RejectIn | None = None):
     note = data.note if data else ""
     action = services.decide(action_id, by=_reviewer(request), verdict="reject", note=note)
@@ -279,6 +313,7 @@ class VerificationOut(Schema):
 
 
 @audit_router.get("", response={200: AuditPage, **ERRORS})
+@dbexec.view
 def list_audit(
     request,
     action_id: str | None = None,
@@ -304,6 +339,7 @@ def list_audit(
 
 
 @audit_router.get("/verify", response={200: VerificationOut, **ERRORS})
+@dbexec.view
 def verify_audit(request):
     _reviewer(request)
     result = audit_log.verify()

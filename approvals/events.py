@@ -1,20 +1,21 @@
 """Telling waiters that an action changed: channel-layer groups, after commit.
 
-Messages are hints, never the truth: a waiter always re-reads the row. So a
-message lost to a full channel, a Redis hiccup or a cancelled receive costs at
-most one re-read interval, never a wrong answer.
+Messages are hints, never the truth: a woken waiter re-reads the row, and the
+waiter hub (``approvals.waiting``) re-reads every watched action in one batched
+query each interval. So a message lost to a full channel or a Redis outage
+costs at most one re-read interval, never a wrong answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
+
+from . import faults
 
 logger = logging.getLogger(__name__)
 
@@ -49,12 +50,55 @@ def publish_on_commit(action, event: str, *, also_review_group_ids=()) -> None:
     group_ids = {action.review_group_id, *also_review_group_ids}
     groups = [inbox_group(pk) for pk in sorted(group_ids, key=str)] + [INBOX_ALL_GROUP]
 
-    def send() -> None:
-        publish(action_group(action.pk), message)
-        for group in groups:
-            publish(group, inbox_message)
+    sends = [(action_group(action.pk), message)] + [(group, inbox_message) for group in groups]
+    transaction.on_commit(lambda: publish_many(sends))
 
-    transaction.on_commit(send)
+
+# The loop that serves requests (set by impri.asgi on the first request). A
+# commit in a worker thread hands its messages to this loop and returns: the
+# request never waits for Redis, and a Redis that is away costs it nothing.
+serving_loop: asyncio.AbstractEventLoop | None = None
+
+
+def publish_many(sends: list[tuple[str, dict]]) -> None:
+    """Send each ``(group, message)``; from a thread of a serving process, without waiting."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    loop = serving_loop
+    if loop is not None and loop.is_running() and not _in_loop(loop):
+        loop.call_soon_threadsafe(_spawn, loop, _send_all(layer, sends))
+        return
+    try:
+        async_to_sync(_send_all)(layer, sends)
+    except Exception as exc:  # never raised in practice: _send_all notes its failures
+        faults.note("channel_layer", "waiters learn of changes by the re-read", exc)
+
+
+def _in_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+_background: set[asyncio.Task] = set()
+
+
+def _spawn(loop: asyncio.AbstractEventLoop, coro) -> None:
+    task = loop.create_task(coro)
+    _background.add(task)  # keep a reference until it is done
+    task.add_done_callback(_background.discard)
+
+
+async def _send_all(layer, sends: list[tuple[str, dict]]) -> None:
+    results = await asyncio.gather(
+        *(_send(layer, group, message) for group, message in sends), return_exceptions=True
+    )
+    failed = [r for r in results if isinstance(r, BaseException)]
+    if failed:
+        # The change is committed; waiters learn it from the hub's batched re-read.
+        faults.note("channel_layer", "waiters learn of changes by the re-read", failed[0])
 
 
 def inbox_update(action, event: str) -> dict:
@@ -86,70 +130,8 @@ def _decided_by(action) -> dict | None:
 
 
 def publish(group: str, message: dict) -> None:
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    try:
-        async_to_sync(layer.group_send)(group, message)
-    except Exception:
-        # The change is committed; waiters will see it on their next re-read.
-        logger.warning("could not publish %s to %s", message.get("event"), group, exc_info=True)
+    publish_many([(group, message)])
 
 
-class Listener:
-    """Waits for a message on one channel, or degrades to a plain timer."""
-
-    def __init__(self, layer, channel: str | None):
-        self.layer = layer
-        self.channel = channel
-
-    @property
-    def connected(self) -> bool:
-        return self.channel is not None
-
-    async def wait(self, seconds: float) -> bool:
-        """Return True when a message arrived, False when ``seconds`` passed."""
-        if self.channel is None:
-            await asyncio.sleep(seconds)
-            return False
-        try:
-            await asyncio.wait_for(self.layer.receive(self.channel), seconds)
-            return True
-        except TimeoutError:
-            return False
-        except Exception:
-            logger.warning(
-                "channel layer receive failed; falling back to re-reading the row", exc_info=True
-            )
-            self.channel = None
-            return False
-
-
-@asynccontextmanager
-async def action_listener(action_id: str) -> AsyncIterator[Listener]:
-    layer = get_channel_layer()
-    group = action_group(action_id)
-    channel = None
-    if layer is not None:
-        try:
-            channel = await asyncio.wait_for(layer.new_channel(), LAYER_CALL_TIMEOUT_S)
-            await asyncio.wait_for(layer.group_add(group, channel), LAYER_CALL_TIMEOUT_S)
-        except Exception:
-            logger.warning(
-                "channel layer unreachable; waiting on %s by re-reading the row",
-                group,
-                exc_info=True,
-            )
-            channel = None
-    try:
-        yield Listener(layer, channel)
-    finally:
-        if channel is not None:
-            try:
-                # Shielded: a caller cancelled through an anyio cancel scope (the MCP SDK)
-                # would cancel the discard too and leave the channel in the group.
-                await asyncio.shield(
-                    asyncio.wait_for(layer.group_discard(group, channel), LAYER_CALL_TIMEOUT_S)
-                )
-            except Exception:
-                logger.warning("could not leave %s", group, exc_info=True)
+async def _send(layer, group: str, message: dict) -> None:
+    await asyncio.wait_for(layer.group_send(group, message), LAYER_CALL_TIMEOUT_S)

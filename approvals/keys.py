@@ -14,6 +14,7 @@ from django.utils import timezone
 from audit import log as audit
 from audit.models import ActorType
 
+from . import faults
 from .errors import RateLimited
 from .models import Agent, ApiKey, hash_key, random_base62
 
@@ -126,11 +127,20 @@ def _check_rate(key: ApiKey) -> None:
         return
     window = int(time.time() // 60)
     bucket = f"rate:{key.key_hash[:24]}:{window}"
-    cache.add(bucket, 0, timeout=120)
     try:
-        count = cache.incr(bucket)
-    except ValueError:  # evicted between add and incr
-        cache.set(bucket, 1, timeout=120)
-        count = 1
+        count = _count(bucket)
+    except Exception as exc:
+        # The cache (Redis) is away: allow rather than refuse every call.
+        faults.note("cache", "the rate limiter allows every request", exc)
+        return
     if count > limit:
         raise RateLimited(f"more than {limit} requests a minute with key {key.prefix}…; slow down")
+
+
+def _count(bucket: str) -> int:
+    cache.add(bucket, 0, timeout=120)
+    try:
+        return cache.incr(bucket)
+    except ValueError:  # evicted between add and incr
+        cache.set(bucket, 1, timeout=120)
+        return 1

@@ -1,7 +1,7 @@
 """MCP adapter: the agent side of the service layer as MCP tools.
 
 Like ``approvals/api.py``, every tool parses its arguments, calls a service
-through ``database_sync_to_async`` and shapes the answer with the presenters.
+through ``dbexec`` (the bounded database pool) and shapes the answer with the presenters.
 The same server object serves streamable HTTP (``impri/mcp_asgi.py``, the agent
 comes from the bearer key checked by the SDK's token verifier), stdio
 (``impri mcp``, the agent comes from ``IMPRI_API_KEY``) and in-process tests.
@@ -21,7 +21,6 @@ import os
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from channels.db import database_sync_to_async
 from django.conf import settings
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken, TokenVerifier
@@ -31,7 +30,7 @@ from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
-from . import keys, services
+from . import dbexec, keys, services
 from .errors import Forbidden, ImpriError, InvalidInput, NotAuthenticated
 from .models import Action
 from .presenters import action_out, decision_out
@@ -130,7 +129,7 @@ class ImpriMCPServer(MCPServer):
 async def current_agent(ctx: Context):
     server = ctx.mcp_server
     if getattr(server, "api_key", None) is not None:
-        principal = await database_sync_to_async(keys.authenticate)(server.api_key)
+        principal = await dbexec.wrap(keys.authenticate)(server.api_key)
     else:
         token = get_access_token()
         principal = token.principal if isinstance(token, AgentAccessToken) else None
@@ -230,7 +229,7 @@ def _elapsed(seconds: float) -> str:
     return f"{minutes // 60} h {minutes % 60} min"
 
 
-_read = database_sync_to_async(services.get_action_for_agent)
+_read = dbexec.wrap(services.get_action_for_agent)
 
 
 # --- Tools ---------------------------------------------------------------------------
@@ -314,7 +313,7 @@ async def impri_push_action(
         "expires_in_s": expires_in_s,
     }
     data = _parse(ActionIn, {k: v for k, v in fields.items() if v is not None})
-    action, created = await database_sync_to_async(services.push_action)(agent, data)
+    action, created = await dbexec.wrap(services.push_action)(agent, data)
     shaped = action_out(action, _base_url(ctx))
     return PushOut(
         action_id=action.pk,
@@ -434,7 +433,7 @@ async def impri_report_result(
     """
     agent = await current_agent(ctx)
     data = _parse(ResultIn, {"status": status, "detail": detail})
-    action = await database_sync_to_async(services.report_result)(
+    action = await dbexec.wrap(services.report_result)(
         action_id, agent=agent, status=data.status, detail=data.detail
     )
     return ReportOut(action_id=action.pk, status=action.effective_status)
@@ -461,9 +460,7 @@ async def impri_cancel_action(
     """Withdraw a pending action you no longer want, e.g. the customer changed their
     mind. Only a pending action can be cancelled; a decided one cannot."""
     agent = await current_agent(ctx)
-    action = await database_sync_to_async(services.cancel_action)(
-        action_id, agent=agent, reason=reason
-    )
+    action = await dbexec.wrap(services.cancel_action)(action_id, agent=agent, reason=reason)
     return ActionOut.model_validate(action_out(action, _base_url(ctx)))
 
 

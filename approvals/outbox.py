@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 from django.conf import settings
 from django.contrib.auth.models import Group
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
 
+from . import faults
 from .models import Action, GroupNotificationSettings, Notification, WebhookDelivery
 from .presenters import decision_out
 
@@ -59,13 +62,31 @@ def _kick_on_commit(task_name: str) -> None:
     # a reviewer's request: leave those to the in-process ticker instead.
     if settings.CELERY_TASK_ALWAYS_EAGER:
         return
-    transaction.on_commit(lambda: _send(task_name))
+    transaction.on_commit(lambda: _nudge_soon(task_name))
+
+
+# The nudge is published from a thread of its own, never from the request: a
+# broker that is slow or away (Redis down, kombu reconnecting) costs the
+# request nothing, and a burst of commits coalesces into one nudge per task.
+_nudger = ThreadPoolExecutor(max_workers=1, thread_name_prefix="impri-nudge")
+_queued: set[str] = set()
+_queued_lock = threading.Lock()
+
+
+def _nudge_soon(task_name: str) -> None:
+    with _queued_lock:
+        if task_name in _queued:
+            return
+        _queued.add(task_name)
+    _nudger.submit(_send, task_name)
 
 
 def _send(task_name: str) -> None:
     from impri.celery import app
 
+    with _queued_lock:
+        _queued.discard(task_name)
     try:
-        app.send_task(task_name)
-    except Exception:  # the beat will pick the row up anyway
-        logger.warning("could not nudge %s; the next beat will deliver", task_name, exc_info=True)
+        app.send_task(task_name, retry=False)
+    except Exception as exc:  # the beat will pick the row up anyway
+        faults.note("broker", f"could not nudge {task_name}; the next beat delivers", exc)

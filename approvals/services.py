@@ -14,9 +14,9 @@ import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import contextmanager
 from datetime import timedelta
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.models import Group
 from django.db import IntegrityError, transaction
@@ -28,7 +28,7 @@ from audit.models import ActorType, canonical_json
 from rules import engine as rule_engine
 from rules import services as rule_services
 
-from . import events, outbox
+from . import dbexec, events, outbox, waiting
 from .errors import (
     ActionNotFound,
     ActionNotPending,
@@ -41,6 +41,13 @@ from .models import Action, ActionStatus, Agent, GroupNotificationSettings, Noti
 from .schemas import ActionIn, resolve_path
 
 logger = logging.getLogger(__name__)
+
+
+@contextmanager
+def _atomic():
+    """A change's transaction: its audit events are appended together just before commit."""
+    with transaction.atomic(), audit.batch():
+        yield
 
 
 def payload_sha256(payload: dict) -> str:
@@ -113,7 +120,7 @@ def push_action(
         if existing is not None:
             return _replay(existing, request_hash), False
     try:
-        with transaction.atomic():
+        with _atomic():
             action = _create(agent, data, key, request_hash)
     except IntegrityError:
         if not key:
@@ -287,7 +294,7 @@ def decide(
         raise Forbidden(
             f"you are not a reviewer in the group {_group_name(action)} that this action is routed to"
         )
-    with transaction.atomic():
+    with _atomic():
         action = _lock_pending(action.pk)
         new_payload = apply_edits(action, edits)
         digest = payload_sha256(new_payload)
@@ -469,7 +476,7 @@ def _group_name(action: Action) -> str:
 def cancel_action(action_id: str, *, agent: Agent, reason: str = "") -> Action:
     action = get_action_for_agent(action_id, agent)
     now = timezone.now()
-    with transaction.atomic():
+    with _atomic():
         updated = Action.objects.filter(
             pk=action.pk, status=ActionStatus.PENDING, expires_at__gt=now
         ).update(status=ActionStatus.CANCELLED, decided_at=now, note=reason)
@@ -497,7 +504,7 @@ def report_result(action_id: str, *, agent: Agent, status: str, detail=None) -> 
         raise InvalidInput("status", "must be executed or failed")
     action = get_action_for_agent(action_id, agent)
     now = timezone.now()
-    with transaction.atomic():
+    with _atomic():
         updated = Action.objects.filter(pk=action.pk, status=ActionStatus.APPROVED).update(
             status=status, result_status=status, result_detail=detail, reported_at=now
         )
@@ -555,7 +562,7 @@ def expire_due(now=None, batch_size: int = 500) -> int:
 
 
 def _expire_one(action_id: str, now) -> int:
-    with transaction.atomic():
+    with _atomic():
         action = Action.objects.filter(pk=action_id).only("expires_at").first()
         if action is None:
             return 0
@@ -587,7 +594,7 @@ def escalate_due(now=None) -> int:
         status=ActionStatus.PENDING, expires_at__gt=now, escalate_at__lte=now
     )
     for action in due.select_related("review_group").order_by("escalate_at")[:500]:
-        with transaction.atomic():
+        with _atomic():
             target = _group(action.escalate_to)
             updated = Action.objects.filter(
                 pk=action.pk, status=ActionStatus.PENDING, escalate_at=action.escalate_at
@@ -628,7 +635,7 @@ def remind_due(now=None) -> int:
             created_at__lte=cutoff,
         ).filter(Q(last_reminded_at__isnull=True) | Q(last_reminded_at__lte=cutoff))
         for action in due.order_by("created_at")[:500]:
-            with transaction.atomic():
+            with _atomic():
                 updated = Action.objects.filter(
                     pk=action.pk,
                     status=ActionStatus.PENDING,
@@ -649,7 +656,7 @@ def flag_stale(now=None) -> int:
         status=ActionStatus.APPROVED, stale_flagged_at__isnull=True, decided_at__lte=cutoff
     )
     for action in due.select_related("review_group").order_by("decided_at")[:500]:
-        with transaction.atomic():
+        with _atomic():
             updated = Action.objects.filter(
                 pk=action.pk, status=ActionStatus.APPROVED, stale_flagged_at__isnull=True
             ).update(stale_flagged_at=now)
@@ -688,30 +695,39 @@ async def await_decision(
 ) -> Action:
     """Wait until the action is no longer pending, or ``timeout_s`` passes.
 
-    1. Join the channel-layer group ``action.<id>`` (before reading, so a
-       decision that lands in between is not missed).
-    2. Re-read the row: the row is the truth, messages are only hints.
-    3. Wait for a message, at most ``IMPRI_AWAIT_REREAD_S``, then go to 2.
-    If the layer is unreachable the loop still re-reads the row on each tick:
-    slower to wake, never wrong. No transaction stays open while waiting.
+    1. Register with the process's waiter hub (before reading, so a decision
+       that lands in between is not missed).
+    2. Read the row once: the row is the truth, messages are only hints.
+    3. Wait on the hub, holding no thread and no connection: it wakes us on
+       a channel-layer message, on its batched re-read, or on shutdown; read
+       the row again only when woken.
+    The final answer is read once more at the end, unless the wake's read is
+    that answer. On shutdown the wait answers at once (``pending`` unless it
+    was decided) so the agent asks again, possibly another process.
     """
-    # thread_sensitive (the default) reuses the one connection of Django's sync
-    # thread, which Django closes at request boundaries; a fresh connection per
-    # re-read would cost thousands of connects a second with many waiters.
-    read = sync_to_async(get_action_for_agent)
-    action = await read(action_id, agent)
+    read = dbexec.wrap(get_action_for_agent)
     timeout_s = max(0.0, min(float(timeout_s), float(settings.IMPRI_MAX_AWAIT_S)))
     started = time.monotonic()
     deadline = started + timeout_s
     next_progress = started + progress_every_s
-    async with events.action_listener(action_id) as listener:
-        while True:
-            action = await read(action_id, agent)
+    async with waiting.hub().watch(action_id) as watch:
+        action = await read(action_id, agent)
+        while not action.is_settled:
             now = time.monotonic()
-            if action.is_settled or now >= deadline:
-                return action
+            if now >= deadline:
+                break
             if on_progress is not None and now >= next_progress:
                 await on_progress(now - started)
                 next_progress = now + progress_every_s
             step = min(deadline, next_progress if on_progress else deadline) - now
-            await listener.wait(max(0.0, min(step, settings.IMPRI_AWAIT_REREAD_S)))
+            why = await watch.wait(step)
+            if why == "changed":
+                action = await read(action_id, agent)
+            elif why == "shutdown":
+                break
+            elif action.expires_at <= timezone.now():
+                # Overdue while we waited: the row says pending, a reader sees expired.
+                break
+    if action.is_settled:
+        return action
+    return await read(action_id, agent)

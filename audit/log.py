@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import threading
 from collections.abc import Iterable
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -13,40 +15,83 @@ from django.utils import timezone
 
 from .models import GENESIS_HASH, AuditEvent, ChainHead, canonical_json, format_at
 
+_local = threading.local()
+
 
 def record(
     event: str, *, actor_type: str, actor_id: str, action_id: str = "", data: dict | None = None
 ) -> AuditEvent:
     """Append one event. Must run inside the transaction of the change it records.
 
-    1. Lock the chain head in a statement of its own (``SELECT … FOR UPDATE``);
-       on SQLite the IMMEDIATE transaction already holds the write lock.
-    2. Chain the new event to the head's hash and insert it.
-    3. Move the head. Concurrent writers queue on step 1, so no two events
-       ever share a ``prev_hash``.
+    Inside :func:`batch` the event is queued and appended with the block's
+    other events when the block ends (still inside the transaction); the
+    returned object gets its ``seq`` and ``hash`` then. Outside a batch it is
+    appended at once.
     """
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError(
             "audit.record() must run inside the transaction of the change it records"
         )
-    head = ChainHead.objects.select_for_update().filter(pk=1).first()
-    if head is None:
-        ChainHead.objects.get_or_create(pk=1)
-        head = ChainHead.objects.select_for_update().get(pk=1)
     entry = AuditEvent(
-        seq=head.seq + 1,
-        at=timezone.now(),
         actor_type=actor_type,
         actor_id=actor_id,
         action_id=action_id,
         event=event,
         data=data or {},
-        prev_hash=head.hash,
     )
-    entry.hash = entry.compute_hash()
-    entry.save(force_insert=True)
-    ChainHead.objects.filter(pk=1).update(seq=entry.seq, hash=entry.hash)
+    buffers = getattr(_local, "buffers", None)
+    if buffers:
+        buffers[-1].append(entry)
+    else:
+        _append([entry])
     return entry
+
+
+@contextmanager
+def batch():
+    """Queue the block's events and append them together as it ends, under one lock.
+
+    Use it just inside the transaction: ``with transaction.atomic(), audit.batch():``.
+    The chain's head row is then locked for the last moment of the transaction
+    only, not from its first event to its commit, so concurrent changes queue
+    on it for one short statement group. If the block raises, its events are
+    dropped with the transaction that rolls back.
+    """
+    buffers = _local.__dict__.setdefault("buffers", [])
+    buffer: list[AuditEvent] = []
+    buffers.append(buffer)
+    try:
+        yield
+    finally:
+        buffers.pop()
+    if not buffer:
+        return
+    if buffers:  # nested: the outer block appends
+        buffers[-1].extend(buffer)
+    else:
+        _append(buffer)
+
+
+def _append(entries: list[AuditEvent]) -> None:
+    """Chain ``entries`` after the head and insert them.
+
+    1. Lock the chain head in a statement of its own (``SELECT … FOR UPDATE``);
+       on SQLite the IMMEDIATE transaction already holds the write lock.
+    2. Chain each event to the previous hash and insert them in one statement.
+    3. Move the head. Concurrent writers queue on step 1, so no two events
+       ever share a ``prev_hash``.
+    """
+    head = ChainHead.objects.select_for_update().filter(pk=1).first()
+    if head is None:
+        ChainHead.objects.get_or_create(pk=1)
+        head = ChainHead.objects.select_for_update().get(pk=1)
+    seq, prev_hash, at = head.seq, head.hash, timezone.now()
+    for entry in entries:
+        seq += 1
+        entry.seq, entry.at, entry.prev_hash = seq, at, prev_hash
+        entry.hash = prev_hash = entry.compute_hash()
+    AuditEvent.objects.bulk_create(entries)
+    ChainHead.objects.filter(pk=1).update(seq=seq, hash=prev_hash)
 
 
 @dataclass(frozen=True)

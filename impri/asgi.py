@@ -2,20 +2,51 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "impri.settings")
 
-from django.core.asgi import get_asgi_application  # noqa: E402
+import django  # noqa: E402
+from django.core.handlers.asgi import ASGIHandler  # noqa: E402
 
-django_asgi = get_asgi_application()
+django.setup(set_prefix=False)
+
+# Paths whose views are async and do their database work on approvals.dbexec's
+# bounded pool: they need no thread of their own.
+THREADLESS_PREFIXES = ("/api/", "/readyz", "/healthz")
+
+
+class ImpriASGIHandler(ASGIHandler):
+    """Django's ASGI handler, but the API's requests get no thread of their own.
+
+    Django gives every request a ``ThreadSensitiveContext``: its own thread,
+    created on the request's first sync call and kept until the request ends,
+    with that thread's database connection. For a long-poll of minutes that is
+    one idle thread and one connection per waiting agent, and for every other
+    call a thread created and torn down. The API is async end to end (async
+    middleware, async key check, views that run their body in one call on
+    ``approvals.dbexec``'s bounded pool, waits on the waiter hub), so it needs
+    no such context; Django's few sync signal handlers around a request run on
+    the process's shared sync thread, briefly. Other pages (inbox, admin) keep
+    Django's behaviour.
+    """
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["path"].startswith(THREADLESS_PREFIXES):
+            return await self.handle(scope, receive, send)
+        return await super().__call__(scope, receive, send)
+
+
+django_asgi = ImpriASGIHandler()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
+from approvals import events  # noqa: E402
 from impri.mcp_asgi import MCP_PATH, mcp_app  # noqa: E402
 from inbox.routing import websocket_urlpatterns  # noqa: E402
 
@@ -87,6 +118,8 @@ class _TooLarge(Exception):
 
 async def http_router(scope, receive, send):
     """/mcp goes to the MCP app (never through Django's handler), the rest to Django."""
+    if events.serving_loop is None:
+        events.serving_loop = asyncio.get_running_loop()
     if scope["path"] in (MCP_PATH, MCP_PATH + "/"):
         return await mcp_app(scope, receive, send)
     return await django_asgi(scope, receive, send)

@@ -9,6 +9,8 @@ from channels.layers import get_channel_layer
 from django.db import connection
 from django.http import JsonResponse
 
+from approvals import dbexec
+
 logger = logging.getLogger(__name__)
 
 
@@ -25,15 +27,13 @@ async def readyz(request):
 
 
 async def _check_database() -> str:
-    from asgiref.sync import sync_to_async
-
     def ping():
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
         return "ok"
 
     try:
-        return await sync_to_async(ping)()
+        return await dbexec.run(ping)
     except Exception as exc:
         logger.warning("readyz: database unreachable: %s", exc)
         return f"error: {type(exc).__name__}"

@@ -28,12 +28,11 @@ import logging
 import sys
 from collections import deque
 
-from channels.db import database_sync_to_async
 from django.conf import settings
 from mcp.server.auth.provider import AccessToken, TokenVerifier
 from mcp.server.transport_security import TransportSecuritySettings
 
-from approvals import keys
+from approvals import dbexec, keys
 from approvals.errors import RateLimited
 from approvals.mcp import AGENT_SCOPE, AgentAccessToken, build_server, settle_waits
 
@@ -55,7 +54,7 @@ class AgentKeyVerifier(TokenVerifier):
 
     async def verify_token(self, token: str) -> AccessToken | None:
         try:
-            principal = await database_sync_to_async(keys.authenticate)(token)
+            principal = await dbexec.wrap(keys.authenticate)(token)
         except RateLimited as exc:
             refusals = _refusals.get()
             if refusals is None:

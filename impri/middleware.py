@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings
 from django.http import JsonResponse
+from whitenoise.middleware import WhiteNoiseMiddleware
 
 
 def too_large_response(limit: int) -> JsonResponse:
@@ -13,17 +15,54 @@ def too_large_response(limit: int) -> JsonResponse:
     )
 
 
-class BodySizeLimitMiddleware:
+class DualModeMiddleware:
+    """Base for middleware that runs in the request's own mode, sync or async.
+
+    Every middleware on an async path must be async-capable: Django runs a
+    sync-only one in a thread and calls the rest of the chain from there, so
+    a long-poll behind it would hold that thread for as long as it waits.
+    Subclasses write ``before(request)`` (a response ends the request early)
+    and ``after(request, response)``.
+    """
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+
+    def __call__(self, request):
+        if self.is_async:
+            return self._acall(request)
+        early = self.before(request)
+        if early is not None:
+            return early
+        return self.after(request, self.get_response(request))
+
+    async def _acall(self, request):
+        early = self.before(request)
+        if early is not None:
+            return early
+        return self.after(request, await self.get_response(request))
+
+    def before(self, request):
+        return None
+
+    def after(self, request, response):
+        return response
+
+
+class BodySizeLimitMiddleware(DualModeMiddleware):
     """Answer 413 for a declared Content-Length above ``IMPRI_MAX_BODY_BYTES``.
 
     Bodies without a Content-Length are counted at the ASGI layer
     (``impri.asgi.BodyLimit``) before Django reads them.
     """
 
-    def __init__(self, get_response):
-        self.get_response = get_response
-
-    def __call__(self, request):
+    def before(self, request):
         limit = settings.IMPRI_MAX_BODY_BYTES
         try:
             length = int(request.META.get("CONTENT_LENGTH") or 0)
@@ -31,4 +70,33 @@ class BodySizeLimitMiddleware:
             length = 0
         if length > limit:
             return too_large_response(limit)
-        return self.get_response(request)
+        return None
+
+
+class StaticFilesMiddleware(WhiteNoiseMiddleware):
+    """WhiteNoise, async-capable: static files are served from a thread, the rest stays async."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response=None, *args, **kwargs):
+        super().__init__(get_response, *args, **kwargs)
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+
+    def __call__(self, request):
+        if self.is_async:
+            return self._acall(request)
+        return super().__call__(request)
+
+    def _static_file(self, request):
+        if self.autorefresh:
+            return self.find_file(request.path_info)
+        return self.files.get(request.path_info)
+
+    async def _acall(self, request):
+        static_file = self._static_file(request)
+        if static_file is not None:
+            return await sync_to_async(self.serve, thread_sensitive=False)(static_file, request)
+        return await self.get_response(request)

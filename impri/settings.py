@@ -36,7 +36,7 @@ def envbool(name: str, default: str) -> bool:
 
 
 def envint(name: str, default: str, minimum: int = 0) -> int:
-    value = env(name, default)
+    value = env(name, default) or default  # set but empty: the default
     try:
         number = int(value)
     except ValueError:
@@ -47,7 +47,7 @@ def envint(name: str, default: str, minimum: int = 0) -> int:
 
 
 def envfloat(name: str, default: str, minimum: float = 0.0) -> float:
-    value = env(name, default)
+    value = env(name, default) or default  # set but empty: the default
     try:
         number = float(value)
     except ValueError:
@@ -112,7 +112,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "impri.middleware.BodySizeLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "impri.middleware.StaticFilesMiddleware",  # WhiteNoise, async-capable
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -142,9 +142,27 @@ TEMPLATES = [
 ]
 
 # --- Database ---------------------------------------------------------------
+# Which command this process runs (set by the ``impri`` console script): the
+# connection pool is sized per role so that the whole deployment stays within
+# PostgreSQL's max_connections (see docs/operations in README: processes × pool).
+IMPRI_PROCESS_ROLE = env("IMPRI_PROCESS_ROLE", "command")
+_POOL_BY_ROLE = {"serve": "10", "mcp": "2", "worker": "2", "beat": "1"}
+IMPRI_DB_POOL_SIZE = envint("IMPRI_DB_POOL_SIZE", _POOL_BY_ROLE.get(IMPRI_PROCESS_ROLE, "0"))
+IMPRI_DB_POOL_TIMEOUT_S = envfloat("IMPRI_DB_POOL_TIMEOUT_S", "10", minimum=0.1)
+# Threads that run database work for async code (long-polls, MCP tools, the hub).
+IMPRI_DB_THREADS = envint("IMPRI_DB_THREADS", "8", minimum=1)
+
 DATABASE_URL = env("DATABASE_URL")
 if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+    if IMPRI_DB_POOL_SIZE:
+        # Django 5.2's psycopg pool: a thread borrows a connection and gives it
+        # back when Django closes it (end of request, end of a dbexec call).
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 1,
+            "max_size": IMPRI_DB_POOL_SIZE,
+            "timeout": IMPRI_DB_POOL_TIMEOUT_S,
+        }
 else:
     DATABASES = {
         "default": {
@@ -167,11 +185,13 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Channels -----------------------------------------------------------------
 REDIS_URL = env("REDIS_URL")
+IMPRI_LAYER_CAPACITY = envint("IMPRI_LAYER_CAPACITY", "10000", minimum=100)
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            # One channel per process receives every waiter's wake-ups (the hub).
+            "CONFIG": {"hosts": [REDIS_URL], "capacity": IMPRI_LAYER_CAPACITY},
         }
     }
     CACHES = {
@@ -179,10 +199,17 @@ if REDIS_URL:
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
             "LOCATION": REDIS_URL,
             "KEY_PREFIX": "impri",
+            # The cache only backs the rate limiter: fail fast when Redis is away.
+            "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
         }
     }
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            "CONFIG": {"capacity": IMPRI_LAYER_CAPACITY},
+        }
+    }
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 # --- Auth, sessions, security ---------------------------------------------------
@@ -241,6 +268,11 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A request's after-commit nudge must never hang on a missing broker: no
+# publish retries, short socket timeouts (beat picks the work up anyway).
+CELERY_TASK_PUBLISH_RETRY = False
+CELERY_BROKER_CONNECTION_TIMEOUT = 1
+CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_timeout": 2, "socket_connect_timeout": 1}
 CELERY_TIMEZONE = "UTC"
 # How often expiry, deliveries and notifications are swept (seconds).
 IMPRI_TICK_S = envfloat("IMPRI_TICK_S", "2", minimum=0.1)

@@ -15,3 +15,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("", include("inbox.urls")),
 ]
+
+handler400 = "impri.errors.bad_request"
+handler404 = "impri.errors.not_found"
+handler500 = "impri.errors.server_error"

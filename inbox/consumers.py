@@ -8,9 +8,9 @@ over HTTP, where the usual permission checks apply.
 
 from __future__ import annotations
 
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from approvals import dbexec
 from approvals.events import INBOX_ALL_GROUP, inbox_group
 
 # Close codes in the application range (4000-4999), shown to the browser.
@@ -19,7 +19,7 @@ NOT_LOGGED_IN = 4401
 FORWARDED = ("action_id", "status", "event", "created_at", "expires_at", "decided_at", "decided_by")
 
 
-@database_sync_to_async
+@dbexec.wrap
 def channel_groups_for(user) -> list[str]:
     if user.is_superuser:
         return [INBOX_ALL_GROUP]

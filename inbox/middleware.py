@@ -10,13 +10,11 @@ from __future__ import annotations
 
 from django.conf import settings
 
+from impri.middleware import DualModeMiddleware
 
-class ContentSecurityPolicyMiddleware:
-    def __init__(self, get_response):
-        self.get_response = get_response
 
-    def __call__(self, request):
-        response = self.get_response(request)
+class ContentSecurityPolicyMiddleware(DualModeMiddleware):
+    def after(self, request, response):
         if "Content-Security-Policy" in response:
             return response
         exempt = settings.IMPRI_CSP_EXEMPT_PREFIXES

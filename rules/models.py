@@ -61,6 +61,9 @@ class RuleSet(models.Model):
 
     id = models.PositiveSmallIntegerField(primary_key=True, default=1)
     version = models.PositiveIntegerField(default=0)
+    # A fresh random value with every bump: what a process's cache of parsed rules
+    # is keyed on, so a version number reused after a rollback is never mistaken.
+    revision = models.CharField(max_length=32, default="", editable=False)
 
     def __str__(self) -> str:
         return f"rule set v{self.version}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
@@ -24,9 +25,25 @@ class LoadedRules:
     rules: list[engine.Rule]
 
 
+_loaded: tuple[str, LoadedRules] | None = None
+
+
 def current_rules() -> LoadedRules:
-    version = RuleSet.objects.filter(pk=1).values_list("version", flat=True).first() or 0
-    return LoadedRules(version, [rule.parsed() for rule in Rule.objects.in_order()])
+    """The rules in force: one query for the version, the rules parsed once per revision.
+
+    Every change bumps the version and draws a new revision in the same
+    transaction (``bump_version``), so a process that reads revision R has R's
+    rules and reloads only when it changes.
+    """
+    global _loaded
+    row = RuleSet.objects.filter(pk=1).values_list("version", "revision").first()
+    version, revision = row or (0, "")
+    cached = _loaded
+    if revision and cached is not None and cached[0] == revision:
+        return cached[1]
+    loaded = LoadedRules(version, [rule.parsed() for rule in Rule.objects.in_order()])
+    _loaded = (revision, loaded) if revision else None
+    return loaded
 
 
 # --- YAML ---------------------------------------------------------------------------
@@ -68,7 +85,7 @@ def replace_rules(rules: list[engine.Rule], *, by: str) -> int:
 def bump_version(*, by: str, change: str, detail: dict | None = None) -> int:
     """Record a rule-set change: a new version and an audit event in the caller's transaction."""
     RuleSet.objects.get_or_create(pk=1)
-    RuleSet.objects.filter(pk=1).update(version=F("version") + 1)
+    RuleSet.objects.filter(pk=1).update(version=F("version") + 1, revision=secrets.token_hex(16))
     version = RuleSet.objects.get(pk=1).version
     audit.record(
         "rules.changed",

@@ -37,7 +37,9 @@ class Command(BaseCommand):
     ):
         import daphne.server  # noqa: F401  (installs the asyncio reactor before anything imports one)
         from daphne.cli import CommandLineInterface
+        from twisted.internet import reactor
 
+        from impri import shutdown
         from impri import ticker as embedded_ticker
 
         if not no_migrate:
@@ -49,6 +51,7 @@ class Command(BaseCommand):
             f"Impri is listening on http://{host}:{port}/ (inbox at /inbox/, API at /api/v1/)"
         )
         self.stdout.flush()
+        shutdown.install(reactor)
         daphne_args = ["-b", host, "-p", str(port)]
         if proxy_headers:
             daphne_args.append("--proxy-headers")

@@ -1,0 +1,292 @@
+"""The waiter hub: every open wait of this process, woken by one receiver.
+
+A wait costs a future and a dictionary entry: no thread, no database
+connection, no channel of its own. Per process (per event loop) the hub keeps
+
+1. ``action id → waiters``; the first waiter of an action joins the
+   channel-layer group ``action.<id>`` with the hub's one channel, the last
+   one leaves it;
+2. one receiver task that reads the hub's channel and wakes the waiters of
+   the action a message names (messages are hints: a woken waiter re-reads
+   its row);
+3. one safety-net task that, every ``IMPRI_AWAIT_REREAD_S``, asks the
+   database in one batched query which of the watched actions are no longer
+   pending (decided in a process the layer doesn't reach, a lost message,
+   the layer down, an expiry nobody swept yet) and wakes those.
+
+If the layer fails (Redis down), the receiver backs off and retries, the
+safety net keeps answering every waiter, and once the layer answers again
+the hub joins every group it watches anew (a restarted Redis comes back
+empty). On shutdown :func:`shutdown` wakes every waiter at once so open
+long-polls answer ``pending`` and the agent asks again, elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import weakref
+from contextlib import asynccontextmanager
+from typing import Literal
+
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.utils import timezone
+
+from . import dbexec
+from .events import action_group
+
+logger = logging.getLogger(__name__)
+
+LAYER_CALL_TIMEOUT_S = 2.0
+BATCH = 1000
+BACKOFF_MAX_S = 5.0
+
+Wake = Literal["changed", "timeout", "shutdown"]
+
+
+class Watch:
+    """One waiter's registration: ``wait()`` returns why it woke."""
+
+    __slots__ = ("action_id", "hub", "_future")
+
+    def __init__(self, hub: WaiterHub, action_id: str):
+        self.hub = hub
+        self.action_id = action_id
+        self._future: asyncio.Future | None = None
+
+    def wake(self, why: Wake) -> None:
+        if self._future is None:
+            self._future = self.hub.loop.create_future()
+        if not self._future.done():
+            self._future.set_result(why)
+
+    async def wait(self, seconds: float) -> Wake:
+        """Until woken or ``seconds`` pass; a wake that came in between calls counts at once."""
+        if self.hub.closing:
+            return "shutdown"
+        if self._future is None:
+            self._future = self.hub.loop.create_future()
+        future = self._future
+        await asyncio.wait((future,), timeout=max(0.0, seconds))
+        if not future.done():
+            return "timeout"
+        self._future = None
+        return future.result()
+
+
+class WaiterHub:
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.layer = get_channel_layer()
+        self.watches: dict[str, set[Watch]] = {}
+        self.channel: str | None = None
+        self.closing = False
+        self.layer_ok = self.layer is not None
+        self._joined: set[str] = set()
+        self._tasks: list[asyncio.Task] = []
+        self._started = False
+        self._channel_lock = asyncio.Lock()
+        self.rereads = 0
+
+    # --- registration ---------------------------------------------------------
+
+    @asynccontextmanager
+    async def watch(self, action_id: str):
+        """Register a waiter for ``action_id`` for the duration of the block."""
+        self._start()
+        watch = Watch(self, action_id)
+        first = action_id not in self.watches
+        self.watches.setdefault(action_id, set()).add(watch)
+        try:
+            if first:
+                await self._join(action_id)
+            yield watch
+        finally:
+            watchers = self.watches.get(action_id)
+            if watchers is not None:
+                watchers.discard(watch)
+                if not watchers:
+                    del self.watches[action_id]
+                    await asyncio.shield(self._leave(action_id))
+
+    @property
+    def waiting(self) -> int:
+        return sum(len(w) for w in self.watches.values())
+
+    def wake(self, action_id: str, why: Wake = "changed") -> int:
+        watchers = self.watches.get(action_id, ())
+        for watch in list(watchers):
+            watch.wake(why)
+        return len(watchers)
+
+    # --- channel layer ------------------------------------------------------------
+
+    async def _ensure_channel(self) -> bool:
+        if self.layer is None:
+            return False
+        async with self._channel_lock:  # the receiver and the first join race here
+            if self.channel is None:
+                self.channel = await asyncio.wait_for(
+                    self.layer.new_channel(), LAYER_CALL_TIMEOUT_S
+                )
+        return True
+
+    async def _join(self, action_id: str) -> None:
+        if not self.layer_ok:
+            return  # the receiver re-joins every watched group when the layer is back
+        try:
+            if await self._ensure_channel():
+                await asyncio.wait_for(
+                    self.layer.group_add(action_group(action_id), self.channel),
+                    LAYER_CALL_TIMEOUT_S,
+                )
+                self._joined.add(action_id)
+        except Exception as exc:
+            self._layer_failed("join", exc)
+
+    async def _leave(self, action_id: str) -> None:
+        if action_id not in self._joined:
+            return
+        self._joined.discard(action_id)
+        if not self.layer_ok:
+            return
+        try:
+            await asyncio.wait_for(
+                self.layer.group_discard(action_group(action_id), self.channel),
+                LAYER_CALL_TIMEOUT_S,
+            )
+        except Exception as exc:
+            self._layer_failed("leave", exc)
+
+    def _layer_failed(self, what: str, exc: BaseException) -> None:
+        if self.layer_ok:
+            logger.warning(
+                "channel layer unreachable (%s: %s); waiters are answered by the "
+                "re-read every %ss until it is back",
+                what,
+                exc,
+                settings.IMPRI_AWAIT_REREAD_S,
+            )
+        self.layer_ok = False
+
+    async def _rejoin_all(self) -> None:
+        """The layer is back (a restarted Redis is empty): join every watched group again."""
+        await self._ensure_channel()
+        for action_id in list(self.watches):
+            await asyncio.wait_for(
+                self.layer.group_add(action_group(action_id), self.channel),
+                LAYER_CALL_TIMEOUT_S,
+            )
+            self._joined.add(action_id)
+        self.layer_ok = True
+        logger.warning("channel layer reachable again; waiters wake by push")
+
+    async def _receive_loop(self) -> None:
+        backoff = 0.2
+        while not self.closing:
+            try:
+                if not self.layer_ok:
+                    await self._rejoin_all()
+                    backoff = 0.2
+                await self._ensure_channel()
+                message = await self.layer.receive(self.channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._layer_failed("receive", exc)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX_S)
+                continue
+            action_id = message.get("action_id")
+            if isinstance(action_id, str):
+                self.wake(action_id)
+
+    # --- the safety net -----------------------------------------------------------
+
+    async def _reread_loop(self) -> None:
+        while not self.closing:
+            await asyncio.sleep(settings.IMPRI_AWAIT_REREAD_S)
+            ids = list(self.watches)
+            if not ids:
+                continue
+            try:
+                settled = await dbexec.run(settled_among, ids)
+            except Exception:
+                logger.warning("batched re-read of %d waits failed", len(ids), exc_info=True)
+                continue
+            self.rereads += 1
+            for action_id in settled:
+                self.wake(action_id)
+
+    # --- life cycle -------------------------------------------------------------------
+
+    def _start(self) -> None:
+        if self._started or self.closing:
+            return
+        self._started = True
+        if self.layer is not None:
+            self._tasks.append(
+                self.loop.create_task(self._receive_loop(), name="impri-hub-receive")
+            )
+        self._tasks.append(self.loop.create_task(self._reread_loop(), name="impri-hub-reread"))
+
+    def close(self) -> None:
+        """Wake every waiter with ``shutdown`` and stop the hub's tasks."""
+        self.closing = True
+        for action_id in list(self.watches):
+            self.wake(action_id, "shutdown")
+        for task in self._tasks:
+            task.cancel()
+
+
+def settled_among(ids: list[str]) -> list[str]:
+    """Which of ``ids`` are no longer pending as a reader sees it (decided, or overdue)."""
+    from .models import Action, ActionStatus
+
+    now = timezone.now()
+    settled: list[str] = []
+    for start in range(0, len(ids), BATCH):
+        chunk = ids[start : start + BATCH]
+        still = set(
+            Action.objects.filter(
+                pk__in=chunk, status=ActionStatus.PENDING, expires_at__gt=now
+            ).values_list("pk", flat=True)
+        )
+        settled += [action_id for action_id in chunk if action_id not in still]
+    return settled
+
+
+_hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, WaiterHub] = weakref.WeakKeyDictionary()
+
+
+def hub() -> WaiterHub:
+    """This event loop's hub (one per process under daphne; one per test loop in tests)."""
+    loop = asyncio.get_running_loop()
+    found = _hubs.get(loop)
+    if found is None or (found.closing and not shutting_down()):
+        found = _hubs[loop] = WaiterHub(loop)
+    return found
+
+
+_shutdown_at: float | None = None
+
+
+def shutting_down() -> bool:
+    return _shutdown_at is not None
+
+
+def shutdown() -> int:
+    """Answer every open wait of the process now (SIGTERM); returns how many were woken."""
+    global _shutdown_at
+    _shutdown_at = time.monotonic()
+    woken = 0
+    for found in list(_hubs.values()):
+        woken += found.waiting
+        found.close()
+    return woken
+
+
+def waiting() -> int:
+    return sum(found.waiting for found in _hubs.values())
