@@ -186,7 +186,7 @@ async def await_decision(request, action_id: str, timeout_s: float = Query(0, ge
     if principal.agent is None:
         raise Forbidden("only the agent that pushed an action can await its decision")
     action = await services.await_decision(action_id, agent=principal.agent, timeout_s=timeout_s)
-    return await dbexec.run(decision_out, action)
+    return await dbexec.run(decision_out, action, lane="wake")
 
 
 @router.post("/actions/{action_id}/result", response={200: ActionOut, **ERRORS})

@@ -32,20 +32,26 @@ from django.db import close_old_connections, connections
 T = TypeVar("T")
 
 _lock = threading.Lock()
-_executor: ThreadPoolExecutor | None = None
+_executors: dict[str, ThreadPoolExecutor] = {}
+
+# Lanes: "work" runs requests' bodies; "wake" runs the short reads of woken
+# waiters and the hub's batched re-read, so that a burst of slow writes never
+# delays telling an agent its decision.
+LANES = {"work": 1.0, "wake": 0.5}
 
 
-def executor() -> ThreadPoolExecutor:
-    global _executor
+def executor(lane: str = "work") -> ThreadPoolExecutor:
     with _lock:
-        if _executor is None:
-            _executor = ThreadPoolExecutor(
-                max_workers=settings.IMPRI_DB_THREADS, thread_name_prefix="impri-db"
+        found = _executors.get(lane)
+        if found is None:
+            threads = max(2, round(settings.IMPRI_DB_THREADS * LANES[lane]))
+            found = _executors[lane] = ThreadPoolExecutor(
+                max_workers=threads, thread_name_prefix=f"impri-db-{lane}"
             )
-        return _executor
+        return found
 
 
-async def run(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+async def run(fn: Callable[..., T], /, *args: Any, lane: str = "work", **kwargs: Any) -> T:
     """Run ``fn(*args, **kwargs)`` on the database pool and return its result.
 
     Context variables are carried over (like ``sync_to_async``), and the
@@ -62,7 +68,7 @@ async def run(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     # asgiref's wrapper, given our executor: it carries context variables and
     # lets code in the thread reach back into this loop (async_to_sync, used
     # by the after-commit publish) exactly as Django's own sync_to_async does.
-    call = sync_to_async(_call, thread_sensitive=False, executor=executor())
+    call = sync_to_async(_call, thread_sensitive=False, executor=executor(lane))
     return await call(fn, args, kwargs)
 
 
@@ -82,12 +88,12 @@ def view(fn: Callable[..., T]) -> Callable[..., Any]:
     return wrapper
 
 
-def wrap(fn: Callable[..., T]) -> Callable[..., Any]:
+def wrap(fn: Callable[..., T], lane: str = "work") -> Callable[..., Any]:
     """``fn`` as a coroutine function that runs on the database pool."""
 
     @functools.wraps(fn)
     async def wrapper(*args: Any, **kwargs: Any) -> T:
-        return await run(fn, *args, **kwargs)
+        return await run(fn, *args, lane=lane, **kwargs)
 
     return wrapper
 

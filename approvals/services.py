@@ -705,7 +705,7 @@ async def await_decision(
     that answer. On shutdown the wait answers at once (``pending`` unless it
     was decided) so the agent asks again, possibly another process.
     """
-    read = dbexec.wrap(get_action_for_agent)
+    read = dbexec.wrap(get_action_for_agent, lane="wake")
     timeout_s = max(0.0, min(float(timeout_s), float(settings.IMPRI_MAX_AWAIT_S)))
     started = time.monotonic()
     deadline = started + timeout_s

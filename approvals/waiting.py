@@ -41,6 +41,8 @@ logger = logging.getLogger(__name__)
 
 LAYER_CALL_TIMEOUT_S = 2.0
 BATCH = 1000
+LAYER_CONCURRENCY = 8
+PROBE_GROUP = "impri.hub.probe"
 BACKOFF_MAX_S = 5.0
 
 Wake = Literal["changed", "timeout", "shutdown"]
@@ -88,6 +90,9 @@ class WaiterHub:
         self._tasks: list[asyncio.Task] = []
         self._started = False
         self._channel_lock = asyncio.Lock()
+        # A thousand agents arriving at once must not open a thousand Redis
+        # connections (redis-py refuses past its pool): joins and leaves queue here.
+        self._layer_calls = asyncio.Semaphore(LAYER_CONCURRENCY)
         self.rereads = 0
 
     # --- registration ---------------------------------------------------------
@@ -138,10 +143,11 @@ class WaiterHub:
             return  # the receiver re-joins every watched group when the layer is back
         try:
             if await self._ensure_channel():
-                await asyncio.wait_for(
-                    self.layer.group_add(action_group(action_id), self.channel),
-                    LAYER_CALL_TIMEOUT_S,
-                )
+                async with self._layer_calls:
+                    await asyncio.wait_for(
+                        self.layer.group_add(action_group(action_id), self.channel),
+                        LAYER_CALL_TIMEOUT_S,
+                    )
                 self._joined.add(action_id)
         except Exception as exc:
             self._layer_failed("join", exc)
@@ -153,10 +159,11 @@ class WaiterHub:
         if not self.layer_ok:
             return
         try:
-            await asyncio.wait_for(
-                self.layer.group_discard(action_group(action_id), self.channel),
-                LAYER_CALL_TIMEOUT_S,
-            )
+            async with self._layer_calls:
+                await asyncio.wait_for(
+                    self.layer.group_discard(action_group(action_id), self.channel),
+                    LAYER_CALL_TIMEOUT_S,
+                )
         except Exception as exc:
             self._layer_failed("leave", exc)
 
@@ -174,6 +181,14 @@ class WaiterHub:
     async def _rejoin_all(self) -> None:
         """The layer is back (a restarted Redis is empty): join every watched group again."""
         await self._ensure_channel()
+        # A real round trip even when nobody waits: the layer must answer before we say it's back.
+        async with self._layer_calls:
+            await asyncio.wait_for(
+                self.layer.group_add(PROBE_GROUP, self.channel), LAYER_CALL_TIMEOUT_S
+            )
+            await asyncio.wait_for(
+                self.layer.group_discard(PROBE_GROUP, self.channel), LAYER_CALL_TIMEOUT_S
+            )
         for action_id in list(self.watches):
             await asyncio.wait_for(
                 self.layer.group_add(action_group(action_id), self.channel),
@@ -212,7 +227,7 @@ class WaiterHub:
             if not ids:
                 continue
             try:
-                settled = await dbexec.run(settled_among, ids)
+                settled = await dbexec.run(settled_among, ids, lane="wake")
             except Exception:
                 logger.warning("batched re-read of %d waits failed", len(ids), exc_info=True)
                 continue

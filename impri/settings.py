@@ -191,7 +191,15 @@ if REDIS_URL:
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             # One channel per process receives every waiter's wake-ups (the hub).
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": IMPRI_LAYER_CAPACITY},
+            # redis-py's default 5 s socket timeout races channels_redis's 5 s
+            # blocking receive (a spurious "Timeout reading" every 5 s): give the
+            # read more room, and connecting little.
+            "CONFIG": {
+                "hosts": [
+                    {"address": REDIS_URL, "socket_timeout": 15, "socket_connect_timeout": 2}
+                ],
+                "capacity": IMPRI_LAYER_CAPACITY,
+            },
         }
     }
     CACHES = {
