@@ -720,7 +720,9 @@ async def await_decision(
                 await on_progress(now - started)
                 next_progress = now + progress_every_s
             step = min(deadline, next_progress if on_progress else deadline) - now
-            why = await watch.wait(step)
+            # Expiry needs no sweep to be seen: wake at it and answer expired.
+            until_expiry = (action.expires_at - timezone.now()).total_seconds()
+            why = await watch.wait(min(step, max(0.0, until_expiry) + 0.01))
             if why == "changed":
                 action = await read(action_id, agent)
             elif why == "shutdown":

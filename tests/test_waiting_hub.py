@@ -1,0 +1,152 @@
+"""The waiter hub and the database pool: waits that cost no thread, one re-read for all."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import connection
+from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
+
+from approvals import dbexec, services, waiting
+from approvals.models import Action
+from audit import log as audit
+from audit.models import AuditEvent
+from tests.factories import make_action
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+DEAD_REDIS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": ["redis://127.0.0.1:1"]},
+    }
+}
+
+
+async def until(predicate, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting for the condition"
+        await asyncio.sleep(0.01)
+
+
+async def test_many_waiters_hold_no_thread_each_and_all_wake(agent, rita):
+    actions = [await sync_to_async(make_action)(agent.agent) for _ in range(120)]
+    threads_before = threading.active_count()
+    waits = [
+        asyncio.create_task(services.await_decision(a.pk, agent=agent.agent, timeout_s=30))
+        for a in actions
+    ]
+    await until(lambda: waiting.waiting() == len(actions))
+    await asyncio.sleep(0.2)  # every waiter has done its one read by now, and idles
+    # 120 open waits; the threads are the pool's (two lanes), not one per wait.
+    assert threading.active_count() - threads_before <= 2 * dbexec.settings.IMPRI_DB_THREADS
+    for action in actions:
+        await sync_to_async(services.decide)(action.pk, by=rita.user, verdict="approve")
+    done = await asyncio.wait_for(asyncio.gather(*waits), 10)
+    assert {a.status for a in done} == {"approved"}
+    assert waiting.waiting() == 0
+
+
+def test_the_safety_net_reads_every_watched_action_in_one_query(agent, rita):
+    actions = [make_action(agent.agent) for _ in range(40)]
+    services.decide(actions[3].pk, by=rita.user, verdict="reject", note="no")
+    services.cancel_action(actions[7].pk, agent=agent.agent)
+    with CaptureQueriesContext(connection) as queries:
+        settled = waiting.settled_among([a.pk for a in actions] + ["act_gone"])
+    assert len(queries) == 1
+    # Decided, cancelled, and one that no longer exists: none of them is pending.
+    assert set(settled) == {actions[3].pk, actions[7].pk, "act_gone"}
+
+
+@override_settings(CHANNEL_LAYERS=DEAD_REDIS, IMPRI_AWAIT_REREAD_S=0.2)
+async def test_with_the_layer_down_the_batched_reread_wakes_every_waiter(agent, rita):
+    actions = [await sync_to_async(make_action)(agent.agent) for _ in range(5)]
+    waits = [
+        asyncio.create_task(services.await_decision(a.pk, agent=agent.agent, timeout_s=30))
+        for a in actions
+    ]
+    await until(lambda: waiting.waiting() == len(actions))
+    hub = waiting.hub()
+    assert not hub.layer_ok
+    for action in actions:
+        await sync_to_async(services.decide)(action.pk, by=rita.user, verdict="approve")
+    done = await asyncio.wait_for(asyncio.gather(*waits), 10)
+    assert {a.status for a in done} == {"approved"}
+    assert hub.rereads >= 1
+
+
+@override_settings(IMPRI_AWAIT_REREAD_S=30)
+async def test_closing_the_hub_answers_open_waits_with_pending_at_once(agent):
+    action = await sync_to_async(make_action)(agent.agent)
+    wait = asyncio.create_task(services.await_decision(action.pk, agent=agent.agent, timeout_s=60))
+    await until(lambda: waiting.waiting() == 1)
+    started = time.monotonic()
+    waiting.hub().close()
+    result = await asyncio.wait_for(wait, 5)
+    assert result.status == "pending"
+    assert time.monotonic() - started < 2
+
+
+@override_settings(IMPRI_AWAIT_REREAD_S=30)
+async def test_a_wait_past_the_expiry_answers_expired_without_a_sweep(agent):
+    action = await sync_to_async(make_action)(agent.agent, expires_in_s=1)
+    result = await asyncio.wait_for(
+        services.await_decision(action.pk, agent=agent.agent, timeout_s=20), 10
+    )
+    assert result.effective_status == "expired"
+
+
+async def test_a_slow_database_call_stalls_only_its_caller(agent):
+    action = await sync_to_async(make_action)(agent.agent)
+    slow = asyncio.create_task(dbexec.run(time.sleep, 1.5))
+    started = time.monotonic()
+    read = await dbexec.run(services.get_action_for_agent, action.pk, agent.agent)
+    assert read.pk == action.pk
+    assert time.monotonic() - started < 1.0
+    await slow
+
+
+async def test_pool_calls_give_their_connection_back(agent):
+    action_id = (await sync_to_async(make_action)(agent.agent)).pk
+
+    def read_and_report():
+        Action.objects.get(pk=action_id)
+        return connection.connection is not None
+
+    assert await dbexec.run(read_and_report) is True
+
+    def still_open() -> bool:
+        return connection.connection is not None and connection.vendor != "sqlite"
+
+    # The next call on any pool thread starts with no PostgreSQL connection held.
+    assert not any([await dbexec.run(still_open) for _ in range(4)])
+
+
+def test_a_transactions_events_are_appended_together_at_its_end(agent):
+    from django.db import transaction
+
+    before = AuditEvent.objects.count()
+    with transaction.atomic(), audit.batch():
+        first = audit.record("test.one", actor_type="system", actor_id="t")
+        second = audit.record("test.two", actor_type="system", actor_id="t")
+        assert AuditEvent.objects.count() == before  # queued, not yet written
+    assert (first.seq, second.seq) == (before + 1, before + 2)
+    assert second.prev_hash == first.hash
+    assert audit.verify().ok
+
+
+def test_a_block_that_fails_appends_nothing(agent):
+    from django.db import transaction
+
+    before = AuditEvent.objects.count()
+    with pytest.raises(RuntimeError), transaction.atomic(), audit.batch():
+        audit.record("test.lost", actor_type="system", actor_id="t")
+        raise RuntimeError("boom")
+    assert AuditEvent.objects.count() == before
+    assert audit.verify().ok
