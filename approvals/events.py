@@ -50,7 +50,9 @@ def publish_on_commit(action, event: str, *, also_review_group_ids=()) -> None:
     group_ids = {action.review_group_id, *also_review_group_ids}
     groups = [inbox_group(pk) for pk in sorted(group_ids, key=str)] + [INBOX_ALL_GROUP]
 
-    sends = [(action_group(action.pk), message)] + [(group, inbox_message) for group in groups]
+    sends = [(group, inbox_message) for group in groups]
+    if event != "action.pushed":  # nobody can be waiting on an action before it exists
+        sends.insert(0, (action_group(action.pk), message))
     transaction.on_commit(lambda: publish_many(sends))
 
 

@@ -15,12 +15,13 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from django.conf import settings
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, User
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 
 from . import faults
-from .models import Action, GroupNotificationSettings, Notification, WebhookDelivery
+from .models import Action, Notification, WebhookDelivery
 from .presenters import decision_out
 
 logger = logging.getLogger(__name__)
@@ -40,15 +41,29 @@ def enqueue_webhook(action: Action, event: str) -> WebhookDelivery | None:
 
 def enqueue_notifications(action: Action, group: Group, kind: str) -> int:
     """One Notification per channel the group has switched on; returns how many."""
-    config = GroupNotificationSettings.objects.filter(group=group).first()
+    # One query on the hot path (every push): the group's settings and whether
+    # any active member has an address.
+    members = User.objects.filter(groups=OuterRef("pk"), is_active=True).exclude(email="")
+    config = (
+        Group.objects.filter(pk=group.pk)
+        .annotate(has_members=Exists(members))
+        .values(
+            "has_members",
+            "notification_settings__email_enabled",
+            "notification_settings__extra_emails",
+            "notification_settings__slack_webhook_url",
+        )
+        .first()
+    ) or {}
     channels = []
-    email_on = config.email_enabled if config else True
-    has_addresses = group.user_set.filter(is_active=True).exclude(email="").exists() or bool(
-        config and config.extra_emails
+    email_on = config.get("notification_settings__email_enabled")
+    email_on = True if email_on is None else email_on  # no settings row: email is on
+    has_addresses = bool(
+        config.get("has_members") or config.get("notification_settings__extra_emails")
     )
     if email_on and has_addresses:
         channels.append(Notification.Channel.EMAIL)
-    if config and config.slack_webhook_url:
+    if config.get("notification_settings__slack_webhook_url"):
         channels.append(Notification.Channel.SLACK)
     for channel in channels:
         Notification.objects.create(action=action, group=group, kind=kind, channel=channel)

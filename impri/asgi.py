@@ -9,6 +9,7 @@ import os
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "impri.settings")
 
 import django  # noqa: E402
+from django.conf import settings  # noqa: E402
 from django.core.handlers.asgi import ASGIHandler  # noqa: E402
 
 django.setup(set_prefix=False)
@@ -18,24 +19,43 @@ django.setup(set_prefix=False)
 THREADLESS_PREFIXES = ("/api/", "/readyz", "/healthz")
 
 
-class ImpriASGIHandler(ASGIHandler):
-    """Django's ASGI handler, but the API's requests get no thread of their own.
+class ApiASGIHandler(ASGIHandler):
+    """Django's ASGI handler for the API: no thread per request, and its own middleware.
 
     Django gives every request a ``ThreadSensitiveContext``: its own thread,
     created on the request's first sync call and kept until the request ends,
     with that thread's database connection. For a long-poll of minutes that is
     one idle thread and one connection per waiting agent, and for every other
     call a thread created and torn down. The API is async end to end (async
-    middleware, async key check, views that run their body in one call on
-    ``approvals.dbexec``'s bounded pool, waits on the waiter hub), so it needs
-    no such context; Django's few sync signal handlers around a request run on
-    the process's shared sync thread, briefly. Other pages (inbox, admin) keep
-    Django's behaviour.
+    key check, views that run their body in one call on ``approvals.dbexec``'s
+    bounded pool, waits on the waiter hub), so it needs no such context.
+
+    Its middleware is ``IMPRI_API_MIDDLEWARE``, not the inbox's stack: sessions,
+    CSRF, messages and the rest are for browsers, and each of Django's classic
+    middleware hops to a thread twice per request under an async view. Django's
+    few sync signal handlers around a request run on the shared sync thread.
     """
+
+    def load_middleware(self, is_async=False):
+        # Django reads settings.MIDDLEWARE here, once, at start-up.
+        browser_stack = settings.MIDDLEWARE
+        settings.MIDDLEWARE = settings.IMPRI_API_MIDDLEWARE
+        try:
+            super().load_middleware(is_async=is_async)
+        finally:
+            settings.MIDDLEWARE = browser_stack
+
+
+class ImpriASGIHandler(ASGIHandler):
+    """Django for the inbox and admin; the API (and probes) go to ``ApiASGIHandler``."""
+
+    def __init__(self):
+        super().__init__()
+        self.api = ApiASGIHandler()
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and scope["path"].startswith(THREADLESS_PREFIXES):
-            return await self.handle(scope, receive, send)
+            return await self.api.handle(scope, receive, send)
         return await super().__call__(scope, receive, send)
 
 
@@ -44,7 +64,6 @@ django_asgi = ImpriASGIHandler()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
-from django.conf import settings  # noqa: E402
 
 from approvals import events  # noqa: E402
 from impri.mcp_asgi import MCP_PATH, mcp_app  # noqa: E402

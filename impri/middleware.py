@@ -3,6 +3,7 @@ from __future__ import annotations
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings
 from django.http import JsonResponse
+from django.middleware.security import SecurityMiddleware
 from whitenoise.middleware import WhiteNoiseMiddleware
 
 
@@ -100,3 +101,23 @@ class StaticFilesMiddleware(WhiteNoiseMiddleware):
         if static_file is not None:
             return await sync_to_async(self.serve, thread_sensitive=False)(static_file, request)
         return await self.get_response(request)
+
+
+class ApiSecurityMiddleware(DualModeMiddleware):
+    """Django's SecurityMiddleware (nosniff, HSTS, SSL redirect, referrer policy), inline.
+
+    Its methods only read settings and set headers, so under an async view they
+    run in the event loop instead of hopping to a thread twice per request.
+    """
+
+    def __init__(self, get_response):
+        super().__init__(get_response)
+        self.security = SecurityMiddleware(get_response)
+
+    def before(self, request):
+        return self.security.process_request(request)
+
+    def after(self, request, response):
+        response = self.security.process_response(request, response)
+        response.setdefault("X-Frame-Options", "DENY")
+        return response

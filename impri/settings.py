@@ -123,6 +123,12 @@ MIDDLEWARE = [
     "inbox.middleware.ContentSecurityPolicyMiddleware",
 ]
 
+# The API's own stack (impri.asgi.ApiASGIHandler): bearer keys, no cookies, all async.
+IMPRI_API_MIDDLEWARE = [
+    "impri.middleware.BodySizeLimitMiddleware",
+    "impri.middleware.ApiSecurityMiddleware",
+]
+
 ROOT_URLCONF = "impri.urls"
 ASGI_APPLICATION = "impri.asgi.application"
 
