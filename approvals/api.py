@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
 import logging
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
@@ -40,42 +38,15 @@ from .schemas import (
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class PendingKey:
-    """A bearer key not checked yet: it is checked inside the view's one pool call."""
-
-    token: str
-
-
 class KeyAuth(HttpBearer):
-    """Bearer keys. The key is looked up in the same pool call as the view's body
-    (``_on_pool``), so a request costs one hop to a database thread, not two, and
-    holds no thread of its own."""
+    """Bearer keys, checked on the database pool: a request holds no thread of its own.
 
-    async def authenticate(self, request: HttpRequest, token: str) -> PendingKey | None:
-        return PendingKey(token) if token else None
+    Checked here, before ninja validates the body, so a caller without a valid
+    key learns nothing but 401.
+    """
 
-
-def _principal(request) -> keys.Principal:
-    """The caller, its key checked on first use; 401 for an unknown or revoked key."""
-    auth = request.auth
-    if isinstance(auth, PendingKey):
-        found = keys.authenticate(auth.token)
-        if found is None:
-            raise AuthenticationError()
-        request.auth = auth = found
-    return auth
-
-
-def _on_pool(view):
-    """A sync view as an async one: key check and body in one call on the database pool."""
-
-    @functools.wraps(view)
-    def authenticated(request, *args, **kwargs):
-        _principal(request)
-        return view(request, *args, **kwargs)
-
-    return dbexec.view(authenticated)
+    async def authenticate(self, request: HttpRequest, token: str) -> keys.Principal | None:
+        return await dbexec.run(keys.authenticate, token)
 
 
 api = NinjaAPI(
@@ -162,14 +133,14 @@ def _describe(error: dict) -> dict:
 
 
 def _agent(request):
-    principal = _principal(request)
+    principal: keys.Principal = request.auth
     if principal.agent is None:
         raise Forbidden("this endpoint needs an agent key; a reviewer token cannot act as an agent")
     return principal.agent
 
 
 def _reviewer(request):
-    principal = _principal(request)
+    principal: keys.Principal = request.auth
     if principal.user is None:
         raise Forbidden(
             "agent keys can never decide or read the audit log; a reviewer token is needed"
@@ -182,7 +153,7 @@ def _base(request: HttpRequest) -> str:
 
 
 def _read(request, action_id: str) -> Action:
-    principal = _principal(request)
+    principal: keys.Principal = request.auth
     if principal.agent is not None:
         return services.get_action_for_agent(action_id, principal.agent)
     return services.get_action_for_reviewer(action_id, principal.user)
@@ -192,7 +163,7 @@ def _read(request, action_id: str) -> Action:
 
 
 @router.post("/actions", response={200: ActionOut, 201: ActionOut, **ERRORS})
-@_on_pool
+@dbexec.view
 def push_action(request, data: ActionIn):
     """Propose an action. 201 when created, 200 with the same body when an Idempotency-Key is replayed."""
     header_key = request.headers.get("Idempotency-Key")
@@ -203,7 +174,7 @@ def push_action(request, data: ActionIn):
 
 
 @router.get("/actions/{action_id}", response={200: ActionOut, **ERRORS})
-@_on_pool
+@dbexec.view
 def get_action(request, action_id: str):
     return action_out(_read(request, action_id), _base(request))
 
@@ -215,7 +186,7 @@ async def await_decision(request, action_id: str, timeout_s: float = Query(0, ge
     While it waits it holds no thread and no database connection (see
     ``approvals.waiting``); on shutdown it answers pending at once: call again.
     """
-    principal = await dbexec.run(_principal, request)
+    principal: keys.Principal = request.auth
     if principal.agent is None:
         raise Forbidden("only the agent that pushed an action can await its decision")
     action = await services.await_decision(action_id, agent=principal.agent, timeout_s=timeout_s)
@@ -223,7 +194,7 @@ async def await_decision(request, action_id: str, timeout_s: float = Query(0, ge
 
 
 @router.post("/actions/{action_id}/result", response={200: ActionOut, **ERRORS})
-@_on_pool
+@dbexec.view
 def report_result(request, action_id: str, data: ResultIn):
     action = services.report_result(
         action_id, agent=_agent(request), status=data.status, detail=data.detail
@@ -232,7 +203,7 @@ def report_result(request, action_id: str, data: ResultIn):
 
 
 @router.post("/actions/{action_id}/cancel", response={200: ActionOut, **ERRORS})
-@_on_pool
+@dbexec.view
 def cancel_action(request, action_id: str, data: CancelIn | None = None):
     reason = data.reason if data else ""
     return action_out(
@@ -252,10 +223,10 @@ class ListFilters(Schema):
 
 
 @router.get("/actions", response={200: ActionPage, **ERRORS})
-@_on_pool
+@dbexec.view
 def list_actions(request, filters: Query[ListFilters]):
     """Newest first. Agents see their own actions; reviewers those routed to their groups."""
-    principal = _principal(request)
+    principal: keys.Principal = request.auth
     if principal.agent is not None:
         qs = Action.objects.filter(agent=principal.agent)
     else:
@@ -301,7 +272,7 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
 
 
 @router.post("/actions/{action_id}/approve", response={200: ActionOut, **ERRORS})
-@_on_pool
+@dbexec.view
 def approve(request, action_id: str, data: DecisionIn | None = None):
     data = data or DecisionIn()
     action = services.decide(
@@ -311,7 +282,7 @@ def approve(request, action_id: str, data: DecisionIn | None = None):
 
 
 @router.post("/actions/{action_id}/reject", response={200: ActionOut, **ERRORS})
-@_on_pool
+@dbexec.view
 def reject(request, action_id: str, data: RejectIn | None = None):
     note = data.note if data else ""
     action = services.decide(action_id, by=_reviewer(request), verdict="reject", note=note)
@@ -346,7 +317,7 @@ class VerificationOut(Schema):
 
 
 @audit_router.get("", response={200: AuditPage, **ERRORS})
-@_on_pool
+@dbexec.view
 def list_audit(
     request,
     action_id: str | None = None,
@@ -372,7 +343,7 @@ def list_audit(
 
 
 @audit_router.get("/verify", response={200: VerificationOut, **ERRORS})
-@_on_pool
+@dbexec.view
 def verify_audit(request):
     _reviewer(request)
     result = audit_log.verify()

@@ -206,8 +206,18 @@ async def _read_body_first(receive):
 
 
 def _answer_429_when_refused(send, refusals: list[RateLimited]):
+    replaced = False
+
     async def guarded_send(message):
+        nonlocal replaced
+        if replaced:
+            return None  # the body of the plain-text error we answered as JSON instead
         if not refusals:
+            if message["type"] == "http.response.start" and message["status"] >= 500:
+                # Starlette answers an unexpected error (the database away during the
+                # key check, say) with a text/plain 500: the API speaks JSON only.
+                replaced = True
+                return await _send_json(send, 503, _UNAVAILABLE)
             return await send(message)
         if message["type"] != "http.response.start":
             return None  # the body of the 401 the SDK answered instead
@@ -229,3 +239,24 @@ def _answer_429_when_refused(send, refusals: list[RateLimited]):
 
 
 mcp_app = MCPHttpApp(build_server(verifier=AgentKeyVerifier()))
+
+
+_UNAVAILABLE = {
+    "detail": "Impri could not answer this request (a dependency is unavailable); retry shortly",
+    "code": "unavailable",
+}
+
+
+async def _send_json(send, status: int, body: dict) -> None:
+    data = json.dumps(body).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(data)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": data})
