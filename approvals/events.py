@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -136,4 +137,22 @@ def publish(group: str, message: dict) -> None:
 
 
 async def _send(layer, group: str, message: dict) -> None:
-    await asyncio.wait_for(layer.group_send(group, message), LAYER_CALL_TIMEOUT_S)
+    async with layer_slot():
+        await asyncio.wait_for(layer.group_send(group, message), LAYER_CALL_TIMEOUT_S)
+
+
+# Concurrent channel-layer calls per event loop. redis-py refuses a 101st
+# connection from one pool ("Too many connections"); a burst of pushes and a
+# thousand agents arriving at once queue here instead.
+LAYER_CONCURRENCY = 32
+_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def layer_slot() -> asyncio.Semaphore:
+    loop = asyncio.get_running_loop()
+    slot = _slots.get(loop)
+    if slot is None:
+        slot = _slots[loop] = asyncio.Semaphore(LAYER_CONCURRENCY)
+    return slot

@@ -35,13 +35,12 @@ from django.conf import settings
 from django.utils import timezone
 
 from . import dbexec
-from .events import action_group
+from .events import action_group, layer_slot
 
 logger = logging.getLogger(__name__)
 
 LAYER_CALL_TIMEOUT_S = 2.0
 BATCH = 1000
-LAYER_CONCURRENCY = 8
 PROBE_GROUP = "impri.hub.probe"
 BACKOFF_MAX_S = 5.0
 
@@ -90,9 +89,6 @@ class WaiterHub:
         self._tasks: list[asyncio.Task] = []
         self._started = False
         self._channel_lock = asyncio.Lock()
-        # A thousand agents arriving at once must not open a thousand Redis
-        # connections (redis-py refuses past its pool): joins and leaves queue here.
-        self._layer_calls = asyncio.Semaphore(LAYER_CONCURRENCY)
         self.rereads = 0
 
     # --- registration ---------------------------------------------------------
@@ -143,7 +139,7 @@ class WaiterHub:
             return  # the receiver re-joins every watched group when the layer is back
         try:
             if await self._ensure_channel():
-                async with self._layer_calls:
+                async with layer_slot():
                     await asyncio.wait_for(
                         self.layer.group_add(action_group(action_id), self.channel),
                         LAYER_CALL_TIMEOUT_S,
@@ -159,7 +155,7 @@ class WaiterHub:
         if not self.layer_ok:
             return
         try:
-            async with self._layer_calls:
+            async with layer_slot():
                 await asyncio.wait_for(
                     self.layer.group_discard(action_group(action_id), self.channel),
                     LAYER_CALL_TIMEOUT_S,
@@ -182,7 +178,7 @@ class WaiterHub:
         """The layer is back (a restarted Redis is empty): join every watched group again."""
         await self._ensure_channel()
         # A real round trip even when nobody waits: the layer must answer before we say it's back.
-        async with self._layer_calls:
+        async with layer_slot():
             await asyncio.wait_for(
                 self.layer.group_add(PROBE_GROUP, self.channel), LAYER_CALL_TIMEOUT_S
             )
@@ -202,9 +198,6 @@ class WaiterHub:
         backoff = 0.2
         while not self.closing:
             try:
-                if not self.layer_ok:
-                    await self._rejoin_all()
-                    backoff = 0.2
                 await self._ensure_channel()
                 message = await self.layer.receive(self.channel)
             except asyncio.CancelledError:
@@ -214,6 +207,7 @@ class WaiterHub:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX_S)
                 continue
+            backoff = 0.2
             action_id = message.get("action_id")
             if isinstance(action_id, str):
                 self.wake(action_id)
@@ -223,6 +217,11 @@ class WaiterHub:
     async def _reread_loop(self) -> None:
         while not self.closing:
             await asyncio.sleep(settings.IMPRI_AWAIT_REREAD_S)
+            if self.layer is not None and not self.layer_ok:
+                try:
+                    await self._rejoin_all()
+                except Exception as exc:
+                    self._layer_failed("rejoin", exc)
             ids = list(self.watches)
             if not ids:
                 continue
