@@ -74,32 +74,27 @@ class BodySizeLimitMiddleware(DualModeMiddleware):
         return None
 
 
-class StaticFilesMiddleware(WhiteNoiseMiddleware):
-    """WhiteNoise, async-capable: static files are served from a thread, the rest stays async."""
+class StaticFilesMiddleware(DualModeMiddleware):
+    """WhiteNoise, async-capable: a static file is served from a thread, the rest stays async."""
 
-    sync_capable = True
-    async_capable = True
-
-    def __init__(self, get_response=None, *args, **kwargs):
-        super().__init__(get_response, *args, **kwargs)
-        self.is_async = iscoroutinefunction(get_response)
-        if self.is_async:
-            markcoroutinefunction(self)
-
-    def __call__(self, request):
-        if self.is_async:
-            return self._acall(request)
-        return super().__call__(request)
+    def __init__(self, get_response):
+        super().__init__(get_response)
+        self.whitenoise = WhiteNoiseMiddleware(get_response)
 
     def _static_file(self, request):
-        if self.autorefresh:
-            return self.find_file(request.path_info)
-        return self.files.get(request.path_info)
+        if self.whitenoise.autorefresh:
+            return self.whitenoise.find_file(request.path_info)
+        return self.whitenoise.files.get(request.path_info)
+
+    def before(self, request):
+        static_file = self._static_file(request)
+        return None if static_file is None else self.whitenoise.serve(static_file, request)
 
     async def _acall(self, request):
         static_file = self._static_file(request)
         if static_file is not None:
-            return await sync_to_async(self.serve, thread_sensitive=False)(static_file, request)
+            serve = sync_to_async(self.whitenoise.serve, thread_sensitive=False)
+            return await serve(static_file, request)
         return await self.get_response(request)
 
 
