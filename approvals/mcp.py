@@ -129,7 +129,7 @@ class ImpriMCPServer(MCPServer):
 async def current_agent(ctx: Context):
     server = ctx.mcp_server
     if getattr(server, "api_key", None) is not None:
-        principal = await dbexec.wrap(keys.authenticate)(server.api_key)
+        principal = await dbexec.run(keys.authenticate, server.api_key)
     else:
         token = get_access_token()
         principal = token.principal if isinstance(token, AgentAccessToken) else None
@@ -313,7 +313,7 @@ async def impri_push_action(
         "expires_in_s": expires_in_s,
     }
     data = _parse(ActionIn, {k: v for k, v in fields.items() if v is not None})
-    action, created = await dbexec.wrap(services.push_action)(agent, data)
+    action, created = await dbexec.run(services.push_action, agent, data)
     shaped = action_out(action, _base_url(ctx))
     return PushOut(
         action_id=action.pk,
@@ -433,8 +433,8 @@ async def impri_report_result(
     """
     agent = await current_agent(ctx)
     data = _parse(ResultIn, {"status": status, "detail": detail})
-    action = await dbexec.wrap(services.report_result)(
-        action_id, agent=agent, status=data.status, detail=data.detail
+    action = await dbexec.run(
+        services.report_result, action_id, agent=agent, status=data.status, detail=data.detail
     )
     return ReportOut(action_id=action.pk, status=action.effective_status)
 
@@ -460,7 +460,7 @@ async def impri_cancel_action(
     """Withdraw a pending action you no longer want, e.g. the customer changed their
     mind. Only a pending action can be cancelled; a decided one cannot."""
     agent = await current_agent(ctx)
-    action = await dbexec.wrap(services.cancel_action)(action_id, agent=agent, reason=reason)
+    action = await dbexec.run(services.cancel_action, action_id, agent=agent, reason=reason)
     return ActionOut.model_validate(action_out(action, _base_url(ctx)))
 
 

@@ -54,7 +54,7 @@ class AgentKeyVerifier(TokenVerifier):
 
     async def verify_token(self, token: str) -> AccessToken | None:
         try:
-            principal = await dbexec.wrap(keys.authenticate)(token)
+            principal = await dbexec.run(keys.authenticate, token)
         except RateLimited as exc:
             refusals = _refusals.get()
             if refusals is None:
