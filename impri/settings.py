@@ -152,7 +152,7 @@ TEMPLATES = [
 # connection pool is sized per role so that the whole deployment stays within
 # PostgreSQL's max_connections (see docs/operations in README: processes × pool).
 IMPRI_PROCESS_ROLE = env("IMPRI_PROCESS_ROLE", "command")
-_POOL_BY_ROLE = {"serve": "10", "mcp": "2", "worker": "2", "beat": "1"}
+_POOL_BY_ROLE = {"serve": "12", "mcp": "2", "worker": "2", "beat": "1"}
 IMPRI_DB_POOL_SIZE = envint("IMPRI_DB_POOL_SIZE", _POOL_BY_ROLE.get(IMPRI_PROCESS_ROLE, "0"))
 IMPRI_DB_POOL_TIMEOUT_S = envfloat("IMPRI_DB_POOL_TIMEOUT_S", "10", minimum=0.1)
 # Threads that run database work for async code (long-polls, MCP tools, the hub).
