@@ -470,8 +470,8 @@ async def test_300_rest_waiters_hold_few_connections_and_all_wake_approved(stack
     )
     assert not pending, f"{len(pending)} waiters still open 90 s after the decisions"
     answers = [w.result() for w in waiters]
-    assert all(a.response.status_code == 200 and a.status == "approved" for a in answers), (
-        summary(answers)
+    assert all(a.response.status_code == 200 and a.status == "approved" for a in answers), summary(
+        answers
     )
 
 
@@ -750,9 +750,7 @@ async def test_sigterm_answers_open_long_polls_pending_and_exits(stacks):
                     f"impri serve still running 30 s after SIGTERM\n{server.output()[-3000:]}"
                 ) from None
             exited_in = time.monotonic() - signalled
-            answers = await asyncio.wait_for(
-                asyncio.gather(*waiters, return_exceptions=True), 30
-            )
+            answers = await asyncio.wait_for(asyncio.gather(*waiters, return_exceptions=True), 30)
         finally:
             for waiter in waiters:
                 waiter.cancel()
