@@ -86,6 +86,7 @@ class WaiterHub:
         self.closing = False
         self.layer_ok = self.layer is not None
         self._joined: set[str] = set()
+        self._joins: dict[str, asyncio.Task] = {}
         self._tasks: list[asyncio.Task] = []
         self._started = False
         self._channel_lock = asyncio.Lock()
@@ -98,11 +99,13 @@ class WaiterHub:
         """Register a waiter for ``action_id`` for the duration of the block."""
         self._start()
         watch = Watch(self, action_id)
-        first = action_id not in self.watches
+        if action_id not in self.watches:
+            self._joins[action_id] = self.loop.create_task(self._join(action_id))
         self.watches.setdefault(action_id, set()).add(watch)
         try:
-            if first:
-                await self._join(action_id)
+            # Every waiter of the action, not only the first, reads its row only
+            # once the group is joined: a decision after that read is heard.
+            await asyncio.shield(self._joins[action_id])
             yield watch
         finally:
             watchers = self.watches.get(action_id)
@@ -110,6 +113,7 @@ class WaiterHub:
                 watchers.discard(watch)
                 if not watchers:
                     del self.watches[action_id]
+                    self._joins.pop(action_id, None)
                     await asyncio.shield(self._leave(action_id))
 
     @property
