@@ -150,7 +150,7 @@ TEMPLATES = [
 # --- Database ---------------------------------------------------------------
 # Which command this process runs (set by the ``impri`` console script): the
 # connection pool is sized per role so that the whole deployment stays within
-# PostgreSQL's max_connections (see docs/operations in README: processes × pool).
+# PostgreSQL's max_connections (docs/ARCHITECTURE.md: processes × pool).
 IMPRI_PROCESS_ROLE = env("IMPRI_PROCESS_ROLE", "command")
 _POOL_BY_ROLE = {"serve": "12", "mcp": "2", "worker": "2", "beat": "1"}
 IMPRI_DB_POOL_SIZE = envint("IMPRI_DB_POOL_SIZE", _POOL_BY_ROLE.get(IMPRI_PROCESS_ROLE, "0"))
