@@ -289,13 +289,16 @@ def decide(
     edits = edits or {}
     if verdict == "reject" and edits:
         raise InvalidInput("edits", "a rejection cannot carry edits")
-    action = _load(action_id)
-    if not can_review(by, action):
-        raise Forbidden(
-            f"you are not a reviewer in the group {_group_name(action)} that this action is routed to"
-        )
     with _atomic():
-        action = _lock_pending(action.pk)
+        # Locked first, checked under the lock: one read of the row, not two.
+        action = _lock(action_id)
+        if not can_review(by, action):
+            raise Forbidden(
+                f"you are not a reviewer in the group {_group_name(action)} "
+                "that this action is routed to"
+            )
+        if action.is_settled:
+            raise ActionNotPending(action.pk, action.effective_status)
         new_payload = apply_edits(action, edits)
         digest = payload_sha256(new_payload)
         Review.objects.update_or_create(
@@ -319,12 +322,19 @@ def decide(
         return _add_approval(action, by, new_payload, edits, note, approvals)
 
 
+def _lock(action_id: str) -> Action:
+    try:
+        return (
+            Action.objects.select_for_update(of=("self",))
+            .select_related("agent", "review_group")
+            .get(pk=action_id)
+        )
+    except Action.DoesNotExist:
+        raise ActionNotFound(action_id) from None
+
+
 def _lock_pending(action_id: str) -> Action:
-    action = (
-        Action.objects.select_for_update(of=("self",))
-        .select_related("agent", "review_group")
-        .get(pk=action_id)
-    )
+    action = _lock(action_id)
     if action.is_settled:
         raise ActionNotPending(action.pk, action.effective_status)
     return action
@@ -363,7 +373,10 @@ def _settle(action: Action, by, status: str, new_payload: dict, edits: dict, not
         action_id=action.pk,
         data=data,
     )
-    action = _load(action.pk)
+    # The row is locked and was just written: the object is made to match it,
+    # not read again.
+    action.status, action.payload, action.edited_by_human = status, new_payload, changed
+    action.decided_by_user, action.decided_at, action.note = by, now, note
     _announce(action, f"action.{status}")
     return action
 
@@ -389,7 +402,9 @@ def _add_approval(
             "approvals_required": action.approvals_required,
         },
     )
-    action = _load(action.pk)
+    if new_payload != action.payload:
+        action.payload = new_payload
+        action.edited_by_human = new_payload != action.original_payload
     events.publish_on_commit(action, "review.approved")
     return action
 

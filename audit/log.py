@@ -81,17 +81,28 @@ def _append(entries: list[AuditEvent]) -> None:
     3. Move the head. Concurrent writers queue on step 1, so no two events
        ever share a ``prev_hash``.
     """
-    head = ChainHead.objects.select_for_update().filter(pk=1).first()
-    if head is None:
-        ChainHead.objects.get_or_create(pk=1)
-        head = ChainHead.objects.select_for_update().get(pk=1)
-    seq, prev_hash, at = head.seq, head.hash, timezone.now()
-    for entry in entries:
-        seq += 1
-        entry.seq, entry.at, entry.prev_hash = seq, at, prev_hash
-        entry.hash = prev_hash = entry.compute_hash()
-    AuditEvent.objects.bulk_create(entries)
-    ChainHead.objects.filter(pk=1).update(seq=seq, hash=prev_hash)
+    connection = transaction.get_connection()
+    table = connection.ops.quote_name(ChainHead._meta.db_table)
+    # Plain SQL for the two statements every audited change runs under the lock:
+    # the ORM's per-query compilation costs more than the statements themselves.
+    lock = f"SELECT seq, hash FROM {table} WHERE id = 1"
+    if connection.features.has_select_for_update:
+        lock += " FOR UPDATE"
+    with connection.cursor() as cursor:
+        cursor.execute(lock)
+        row = cursor.fetchone()
+        if row is None:
+            ChainHead.objects.get_or_create(pk=1)
+            cursor.execute(lock)
+            row = cursor.fetchone()
+        seq, prev_hash = row
+        at = timezone.now()
+        for entry in entries:
+            seq += 1
+            entry.seq, entry.at, entry.prev_hash = seq, at, prev_hash
+            entry.hash = prev_hash = entry.compute_hash()
+        AuditEvent.objects.bulk_create(entries)
+        cursor.execute(f"UPDATE {table} SET seq = %s, hash = %s WHERE id = 1", [seq, prev_hash])
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,8 @@ creates ``--waiters`` agents (one action each; in one ``impri shell -c`` run, si
    ``pg_stat_activity`` on a separate connection that is not counted, attributed to roles
    through /proc). The same is measured idle before the pushes, for comparison.
 3. A reviewer approves every action (``POST /api/v1/actions/{id}/approve``, ``--approvers``
-   concurrent requests). With ``--servers 2`` each approval goes to the *other* server than
+   concurrent requests; ``--decision-rate R`` paces them at R a second, as a team of
+   reviewers decides, so that wake latency is measured below saturation). With ``--servers 2`` each approval goes to the *other* server than
    the one its agent waits on, so every wake crosses processes (Redis in scaled mode; the
    periodic re-read, ``IMPRI_AWAIT_REREAD_S``, on SQLite without Redis).
 4. Each waiter records its wake latency: the client's ``time.time()`` when the decision
@@ -315,12 +316,22 @@ class Run:
         headers = {"Authorization": f"Bearer {self.rita}"}
         n = len(self.urls)
 
+        rate = self.args.decision_rate
+        started = time.monotonic()
+        issued = 0
+
         async def approver() -> None:
+            nonlocal issued
             while True:
                 try:
                     w = queue.get_nowait()
                 except asyncio.QueueEmpty:
                     return
+                if rate:
+                    # Paced like a team of reviewers: the n-th decision is sent at n / rate.
+                    due = started + issued / rate
+                    issued += 1
+                    await asyncio.sleep(max(0.0, due - time.monotonic()))
                 # With two servers, decide on the other one: the wake crosses processes.
                 url = self.urls[(w.server + 1) % n]
                 w.approve_sent = time.time()
@@ -455,6 +466,7 @@ class Run:
             "errors": dict(self.errors),
             "approve_statuses": {str(k): v for k, v in self.approve_statuses.items()},
             "timings_s": self.timings,
+            "decision_rate": args.decision_rate or None,
             "decisions_per_s": decided / self.timings["approve_s"]
             if self.timings.get("approve_s")
             else None,
@@ -507,7 +519,7 @@ class Run:
             ("PG connections peak approving", fmt(apeak.get("pg_total"))),
             ("PG max_connections", fmt(r["pg_max_connections"])),
             ("Redis groups idle / waiting", redis(idle) + " / " + redis(last)),
-            ("decisions/s", fmt(r["decisions_per_s"])),
+            ("decisions/s (paced at)", f"{fmt(r['decisions_per_s'])} ({fmt(r['decision_rate'])})"),
             ("approve phase", f"{fmt(r['timings_s'].get('approve_s'))} s"),
             ("last wake after approvals began", f"{fmt(r['timings_s'].get('all_woken_s'))} s"),
         ]
@@ -551,6 +563,12 @@ def main() -> int:
     )
     parser.add_argument("--settle", type=float, default=5, help="seconds after the last wait")
     parser.add_argument("--approvers", type=int, default=8, help="concurrent approve requests")
+    parser.add_argument(
+        "--decision-rate",
+        type=float,
+        default=0,
+        help="decisions a second (paced, as reviewers decide); 0: as fast as --approvers go",
+    )
     parser.add_argument("--shuffle", action="store_true", help="approve in random order")
     parser.add_argument("--sample-every", type=float, default=1.0, help="seconds between samples")
     parser.add_argument(
