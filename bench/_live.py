@@ -198,6 +198,22 @@ def machine() -> dict:
 # --- /proc ------------------------------------------------------------------------------------
 
 
+def machine_busy_s() -> float | None:
+    """CPU seconds the whole machine spent busy (all cores, all processes) since boot.
+
+    The difference between two readings says how much of the machine a phase used: on two
+    cores, 20 s busy in 10 s is every core saturated, whoever used it (Impri, PostgreSQL,
+    Redis, the client).
+    """
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    except OSError:
+        return None
+    ticks = [int(x) for x in fields]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 def proc_status(pid: int) -> dict:
     """VmRSS (kB), Threads, open fds and CPU seconds (user + system) of a process."""
     out = {"rss_kb": None, "threads": None, "fds": None, "cpu_s": None}
@@ -618,6 +634,7 @@ class Stack:
             "fds": [s["fds"] for s in servers],
             "cpu_s": [s["cpu_s"] for s in servers],
             "client_cpu_s": time.process_time(),
+            "machine_busy_s": machine_busy_s(),
             "pg": self.pg_connections(),
             "redis": self.redis_info(),
         }

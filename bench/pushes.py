@@ -24,7 +24,9 @@ reserve budget with the conditional UPDATE in the push's transaction:
 Amounts cycle 6 small : 3 reviewed : 1 absurd. Reported per level: pushes, pushes/s,
 latency p50/p90/p99/max, status codes and errors, the outcome mix (approved / pending /
 rejected), the peak serve-process RSS, threads and PostgreSQL connections, and the CPU
-seconds the client and each server used during the level (the client shares the machine).
+seconds the client, each server and the whole machine (every core, every process:
+PostgreSQL, Redis, worker and beat included) used during the level (the client shares the
+machine).
 At the end ``impri audit verify`` must say ``ok`` and the number of actions in the database
 must equal the number of successful pushes. The per-key rate limit is off in the servers
 (``IMPRI_RATE_LIMIT_PER_MIN=0``). ``--json FILE`` writes everything.
@@ -191,8 +193,10 @@ class Pusher:
             stop.set()
             await sampler
             last = await asyncio.to_thread(self.stack.sample)
+            busy = (last.get("machine_busy_s"), first.get("machine_busy_s"))
             level.cpu = {
                 "client": last["client_cpu_s"] - first["client_cpu_s"],
+                "machine": busy[0] - busy[1] if None not in busy else None,
                 "servers": [
                     b - a if a is not None and b is not None else None
                     for a, b in zip(first["cpu_s"], last["cpu_s"], strict=True)
@@ -237,7 +241,7 @@ def print_report(result: dict) -> None:
     print(
         "\n| clients | pushes | pushes/s | p50 ms | p90 ms | p99 ms | max ms "
         "| approved / pending / rejected | errors | RSS MB | threads | PG conns "
-        "| CPU s client / servers |"
+        "| CPU s client / servers / whole machine |"
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---|---:|---|")
     for level in result["levels"]:
@@ -245,7 +249,11 @@ def print_report(result: dict) -> None:
         mix = " / ".join(f"{out.get(k, 0):,}" for k in ("approved", "pending", "rejected"))
         errors = ", ".join(f"{k}: {v}" for k, v in level["errors"].items()) or "0"
         cpu = level["cpu_s"]
-        cpu = f"{fmt(cpu.get('client'))} / " + " + ".join(fmt(x) for x in cpu.get("servers", []))
+        cpu = (
+            f"{fmt(cpu.get('client'))} / "
+            + " + ".join(fmt(x) for x in cpu.get("servers", []))
+            + f" / {fmt(cpu.get('machine'))}"
+        )
         print(
             f"| {level['concurrency']} | {level['ok']:,} | {fmt(level['pushes_per_s'])} "
             f"| {fmt(lat['p50'])} | {fmt(lat['p90'])} | {fmt(lat['p99'])} | {fmt(lat['max'])} "

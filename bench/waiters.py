@@ -227,14 +227,20 @@ class Run:
                 self.mark_sent(w)
                 if response.status_code != 200:
                     return self.give_up(w, f"decision {response.status_code}")
-                body = response.json()
-                if body["status"] != "pending":
-                    w.arrived, w.status = arrived, body["status"]
-                    w.decision_at, w.precise = decision_time(body.get("decision_at"))
-                    w.done = True
+                if self.settled(w, arrived, response.json()):
                     return
         except Exception as exc:
             self.give_up(w, f"{type(exc).__name__}")
+
+    @staticmethod
+    def settled(w: Waiter, arrived: float, body: dict) -> bool:
+        """Record a decision answer; False while it is still ``pending`` (call again)."""
+        if body["status"] == "pending":
+            return False
+        w.arrived, w.status = arrived, body["status"]
+        w.decision_at, w.precise = decision_time(body.get("decision_at"))
+        w.done = True
+        return True
 
     async def mcp_waiter(self, push_gate: asyncio.Semaphore, w: Waiter):
         import httpx2
@@ -277,11 +283,7 @@ class Run:
                     arrived = time.time()
                     if result.is_error:
                         return self.give_up(w, "mcp await error")
-                    body = result.structured_content
-                    if body["status"] != "pending":
-                        w.arrived, w.status = arrived, body["status"]
-                        w.decision_at, w.precise = decision_time(body.get("decision_at"))
-                        w.done = True
+                    if self.settled(w, arrived, result.structured_content):
                         return
         except Exception as exc:
             if not w.done:
@@ -453,6 +455,7 @@ class Run:
         waiting = self.samples["waiting"]
         last = waiting[-1] if waiting else {}
         decided = self.approve_statuses.get(200, 0)
+        first_sent = min((w.approve_sent for w in woken if w.approve_sent), default=0.0)
         result = {
             "benchmark": "waiters",
             "command": " ".join(sys.argv),
@@ -475,6 +478,17 @@ class Run:
             "while_waiting_peak": peak(waiting),
             "while_approving_peak": peak(self.samples["approving"]),
             "latency": by_via,
+            # Per wake: when the approval was sent (s since the first) and the wake latency
+            # (ms), to tell periodic stalls (GC, the batched re-read) from queueing.
+            "wakes": sorted(
+                (
+                    round(w.approve_sent - first_sent, 3),
+                    round((w.arrived - w.decision_at) * 1000, 2),
+                    w.via,
+                )
+                for w in woken
+                if w.approve_sent is not None and w.decision_at is not None and w.precise
+            ),
             "cpu_s": cpu_phases({"idle": idle, **self.marks}),
             "pg_max_connections": self.stack.pg_max_connections(),
             "machine": machine(),

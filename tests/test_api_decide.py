@@ -125,6 +125,22 @@ class TestWhoMayDecide:
         action.refresh_from_db()
         assert action.status == ActionStatus.PENDING
 
+    def test_an_outsider_learns_nothing_of_a_settled_action(self, action, rita, mallory):
+        # Permission is checked before the state: a 409 would tell mallory it was decided.
+        assert rita.client().post(f"/actions/{action.pk}/approve").status_code == 200
+        response = mallory.client().post(f"/actions/{action.pk}/reject", {"note": "no"})
+        assert response.status_code == 403
+        assert "approved" not in response.json()["detail"]
+
+    def test_the_answer_to_a_decision_is_the_row_as_stored(self, action, rita):
+        response = rita.client().post(
+            f"/actions/{action.pk}/approve", {"edits": {"payload.amount_cents": 5000}}
+        )
+        assert response.status_code == 200, response.content
+        stored = rita.client().get(f"/actions/{action.pk}").json()
+        for key in ("status", "payload", "edited_by_human", "decided_by", "decision_at", "note"):
+            assert response.json().get(key) == stored.get(key), key
+
     def test_a_reviewer_outside_the_group_cannot_read_it(self, action, mallory):
         assert mallory.client().get(f"/actions/{action.pk}").status_code == 404
 
