@@ -157,6 +157,9 @@ IMPRI_DB_POOL_SIZE = envint("IMPRI_DB_POOL_SIZE", _POOL_BY_ROLE.get(IMPRI_PROCES
 IMPRI_DB_POOL_TIMEOUT_S = envfloat("IMPRI_DB_POOL_TIMEOUT_S", "10", minimum=0.1)
 # Threads that run database work for async code (long-polls, MCP tools, the hub).
 IMPRI_DB_THREADS = envint("IMPRI_DB_THREADS", "8", minimum=1)
+# `impri serve`: a full garbage collection after this many young-generation passes
+# (CPython's default is 10; see the serve command for why it is higher).
+IMPRI_GC_FULL_EVERY = envint("IMPRI_GC_FULL_EVERY", "1000", minimum=1)
 
 DATABASE_URL = env("DATABASE_URL")
 if DATABASE_URL:

@@ -83,3 +83,17 @@ def test_the_console_script_wraps_manage_py():
     assert result.returncode == 0
     for command in ("serve", "createagent", "createreviewer", "token", "migrate"):
         assert command in result.stdout
+
+
+def test_serve_makes_full_garbage_collections_rarer(settings):
+    import gc
+
+    from approvals.management.commands import serve
+
+    settings.IMPRI_GC_FULL_EVERY = 1234
+    before = gc.get_threshold()
+    try:
+        serve._tune_gc()
+        assert gc.get_threshold() == (before[0], before[1], 1234)
+    finally:
+        gc.set_threshold(*before)
