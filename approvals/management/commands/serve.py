@@ -66,9 +66,9 @@ def _tune_gc() -> None:
     Each open wait keeps a few hundred objects alive (daphne's request, Django's, the
     coroutines, the future), and CPython 3.11's full collection walks every one of them:
     with 2,000 waits open it paused the process for 130–450 ms several times a minute,
-    which was the whole wake-latency tail. After 1,000 young-generation passes instead of
-    10, a full collection comes a few times an hour under load; cyclic garbage waits a
-    little longer to be freed (about 10 % more RSS). Measured in docs/benchmarks.md.
+    which was most of the wake-latency tail. After 1,000 young-generation passes instead
+    of 10 they are a hundred times rarer; cyclic garbage waits longer to be freed (about
+    20 % more RSS with 2,000 waits open). Measured in docs/benchmarks.md.
     """
     young, middle, _ = gc.get_threshold()
     gc.set_threshold(young, middle, settings.IMPRI_GC_FULL_EVERY)
