@@ -84,6 +84,15 @@ def group_members(action_id: str) -> int:
     return client.zcard(layer._group_key(group))
 
 
+async def listeners_reach(action_id: str, count: int, within_s: float = 5.0) -> None:
+    """Until ``count`` channels listen for the action (the wait joined its group); a
+    liveness bound, not a timing: a loaded CI machine joins later than a quiet one."""
+    deadline = time.monotonic() + within_s
+    while (found := await sync_to_async(group_members)(action_id)) != count:
+        assert time.monotonic() < deadline, f"{found} listening after {within_s}s, not {count}"
+        await asyncio.sleep(0.05)
+
+
 # --- Listing --------------------------------------------------------------------
 
 
@@ -331,8 +340,7 @@ async def test_a_cancelled_wait_leaves_the_action_pending_and_its_group(agent):
         tg.start_soon(
             call, agent.key, "impri_await_decision", {"action_id": action.pk, "timeout_s": 20}
         )
-        await asyncio.sleep(0.3)
-        assert await sync_to_async(group_members)(action.pk) == 1
+        await listeners_reach(action.pk, 1)
         tg.cancel_scope.cancel()
     await settle_waits()
     assert await sync_to_async(group_members)(action.pk) == 0
