@@ -333,13 +333,6 @@ def _lock(action_id: str) -> Action:
         raise ActionNotFound(action_id) from None
 
 
-def _lock_pending(action_id: str) -> Action:
-    action = _lock(action_id)
-    if action.is_settled:
-        raise ActionNotPending(action.pk, action.effective_status)
-    return action
-
-
 def _settle(action: Action, by, status: str, new_payload: dict, edits: dict, note: str) -> Action:
     now = timezone.now()
     changed = new_payload != action.original_payload
