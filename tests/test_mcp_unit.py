@@ -25,6 +25,7 @@ from approvals.models import Action
 from audit.models import AuditEvent
 from impri.mcp_asgi import AgentKeyVerifier, MCPHttpApp, transport_security
 from tests.factories import REFUND, make_action, refund_body
+from tests.waits import until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -82,15 +83,6 @@ def group_members(action_id: str) -> int:
 
     client = redis.Redis.from_url(layer.hosts[0]["address"])
     return client.zcard(layer._group_key(group))
-
-
-async def listeners_reach(action_id: str, count: int, within_s: float = 5.0) -> None:
-    """Until ``count`` channels listen for the action (the wait joined its group); a
-    liveness bound, not a timing: a loaded CI machine joins later than a quiet one."""
-    deadline = time.monotonic() + within_s
-    while (found := await sync_to_async(group_members)(action_id)) != count:
-        assert time.monotonic() < deadline, f"{found} listening after {within_s}s, not {count}"
-        await asyncio.sleep(0.05)
 
 
 # --- Listing --------------------------------------------------------------------
@@ -262,7 +254,7 @@ async def test_a_waiter_wakes_when_a_reviewer_decides(agent, rita):
     waiter = asyncio.create_task(
         call(agent.key, "impri_await_decision", {"action_id": action.pk, "timeout_s": 20})
     )
-    await asyncio.sleep(0.3)  # let it join the group and block
+    await until(lambda: group_members(action.pk) == 1)  # it joined the group and blocks
     assert not waiter.done()
     await approve(action.pk, by=rita.user, verdict="reject", note="not our fault")
     # The re-read interval is 30 s: returning within 5 s means the message woke it.
@@ -340,7 +332,7 @@ async def test_a_cancelled_wait_leaves_the_action_pending_and_its_group(agent):
         tg.start_soon(
             call, agent.key, "impri_await_decision", {"action_id": action.pk, "timeout_s": 20}
         )
-        await listeners_reach(action.pk, 1)
+        await until(lambda: group_members(action.pk) == 1)  # the wait joined its group
         tg.cancel_scope.cancel()
     await settle_waits()
     assert await sync_to_async(group_members)(action.pk) == 0

@@ -17,6 +17,7 @@ from approvals.models import Action
 from audit import log as audit
 from audit.models import AuditEvent
 from tests.factories import make_action
+from tests.waits import until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -26,13 +27,6 @@ DEAD_REDIS = {
         "CONFIG": {"hosts": ["redis://127.0.0.1:1"]},
     }
 }
-
-
-async def until(predicate, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting for the condition"
-        await asyncio.sleep(0.01)
 
 
 async def test_many_waiters_hold_no_thread_each_and_all_wake(agent, rita):
