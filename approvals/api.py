@@ -12,7 +12,7 @@ import psycopg
 from django.db import DatabaseError
 from django.db.models import Q
 from django.http import HttpRequest
-from ninja import Field, NinjaAPI, Query, Router, Schema, Status
+from ninja import Field, Header, NinjaAPI, Query, Router, Schema, Status
 from ninja.errors import AuthenticationError, ValidationError
 from ninja.security import HttpBearer
 
@@ -162,14 +162,31 @@ def _read(request, action_id: str) -> Action:
 # --- Agent endpoints ---------------------------------------------------------------
 
 
-@router.post("/actions", response={200: ActionOut, 201: ActionOut, **ERRORS})
-@dbexec.view
-def push_action(request, data: ActionIn):
-    """Propose an action. 201 when created, 200 with the same body when an Idempotency-Key is replayed."""
-    header_key = request.headers.get("Idempotency-Key")
+# Without timeout_s a decision request waits this long (an agent's HTTP client
+# usually allows 60 s; the answer is "pending" after it: call again).
+DEFAULT_AWAIT_S = 30.0
+
+IDEMPOTENCY_HEADER = Header(
+    None,
+    alias="Idempotency-Key",
+    description="1 to 200 characters of your own. A retry with the same key and the same "
+    "request answers with the first outcome instead of doing it twice.",
+)
+
+
+def _key(header_key: str | None) -> str | None:
     if header_key is not None and not 1 <= len(header_key) <= 200:
         raise InvalidInput("Idempotency-Key", "must be 1 to 200 characters")
-    action, created = services.push_action(_agent(request), data, idempotency_key=header_key)
+    return header_key
+
+
+@router.post("/actions", response={200: ActionOut, 201: ActionOut, **ERRORS})
+@dbexec.view
+def push_action(request, data: ActionIn, idempotency_key: str | None = IDEMPOTENCY_HEADER):
+    """Propose an action. 201 when created, 200 with the same body when an Idempotency-Key is replayed."""
+    action, created = services.push_action(
+        _agent(request), data, idempotency_key=_key(idempotency_key)
+    )
     return Status(201 if created else 200, action_out(action, _base(request)))
 
 
@@ -180,7 +197,15 @@ def get_action(request, action_id: str):
 
 
 @router.get("/actions/{action_id}/decision", response={200: DecisionOut, **ERRORS})
-async def await_decision(request, action_id: str, timeout_s: float = Query(0, ge=0)):
+async def await_decision(
+    request,
+    action_id: str,
+    timeout_s: float = Query(
+        DEFAULT_AWAIT_S,
+        ge=0,
+        description="Seconds to wait for a decision (0: just look); capped by IMPRI_MAX_AWAIT_S.",
+    ),
+):
     """Long-poll: answers as soon as the action is decided, else with status pending after timeout_s.
 
     While it waits it holds no thread and no database connection (see
@@ -197,7 +222,7 @@ async def await_decision(request, action_id: str, timeout_s: float = Query(0, ge
 @dbexec.view
 def report_result(request, action_id: str, data: ResultIn):
     action = services.report_result(
-        action_id, agent=_agent(request), status=data.status, detail=data.detail
+        action_id, agent=_agent(request), status=data.status, detail=data.detail, grant=data.grant
     )
     return action_out(action, _base(request))
 
@@ -273,19 +298,41 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
 
 @router.post("/actions/{action_id}/approve", response={200: ActionOut, **ERRORS})
 @dbexec.view
-def approve(request, action_id: str, data: DecisionIn | None = None):
+def approve(
+    request,
+    action_id: str,
+    data: DecisionIn | None = None,
+    idempotency_key: str | None = IDEMPOTENCY_HEADER,
+):
     data = data or DecisionIn()
     action = services.decide(
-        action_id, by=_reviewer(request), verdict="approve", edits=data.edits, note=data.note
+        action_id,
+        by=_reviewer(request),
+        verdict="approve",
+        edits=data.edits,
+        note=data.note,
+        idempotency_key=_key(idempotency_key),
     )
     return action_out(action, _base(request))
 
 
 @router.post("/actions/{action_id}/reject", response={200: ActionOut, **ERRORS})
 @dbexec.view
-def reject(request, action_id: str, data: RejectIn | None = None):
-    note = data.note if data else ""
-    action = services.decide(action_id, by=_reviewer(request), verdict="reject", note=note)
+def reject(
+    request,
+    action_id: str,
+    data: RejectIn | None = None,
+    idempotency_key: str | None = IDEMPOTENCY_HEADER,
+):
+    data = data or RejectIn()
+    action = services.decide(
+        action_id,
+        by=_reviewer(request),
+        verdict="reject",
+        note=data.note,
+        reason=data.reason or "",
+        idempotency_key=_key(idempotency_key),
+    )
     return action_out(action, _base(request))
 
 

@@ -18,7 +18,6 @@ import asyncio
 import inspect
 import logging
 import os
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from django.conf import settings
@@ -55,25 +54,6 @@ and preview shows the diff). Never execute the payload you proposed instead. "re
 
 
 # --- Output models that only MCP has (DESIGN §4) ---------------------------------
-
-
-class PushOut(BaseModel):
-    action_id: str = Field(description="Keep this: every other tool takes it.")
-    status: str = Field(
-        description='"pending" until a reviewer decides; "approved" or "rejected" when a rule '
-        "decided at once. Either way, call impri_await_decision next."
-    )
-    inbox_url: str = Field(description="Where a human reviews this action; you may share it.")
-    expires_at: datetime = Field(description="The action expires undecided after this moment.")
-    created: bool = Field(
-        description="False when idempotency_key matched an earlier identical push: "
-        "this is that action, nothing new was created."
-    )
-
-
-class ReportOut(BaseModel):
-    action_id: str
-    status: str = Field(description='"executed" or "failed", as reported.')
 
 
 # --- Identity ----------------------------------------------------------------------
@@ -292,7 +272,14 @@ async def impri_push_action(
         int | None,
         Field(description="Seconds until the action expires undecided (server default: 1 day)."),
     ] = None,
-) -> PushOut:
+    callback_url: Annotated[
+        str | None,
+        Field(
+            description="http(s) URL Impri POSTs the decision to (signed, Standard Webhooks) "
+            "when the action settles."
+        ),
+    ] = None,
+) -> ActionOut:
     """Propose an action for a human to review before you carry it out.
 
     Nothing is executed by Impri, and you must not execute it yet either. Returns
@@ -311,17 +298,11 @@ async def impri_push_action(
         "context": context,
         "idempotency_key": idempotency_key,
         "expires_in_s": expires_in_s,
+        "callback_url": callback_url,
     }
     data = _parse(ActionIn, {k: v for k, v in fields.items() if v is not None})
-    action, created = await dbexec.run(services.push_action, agent, data)
-    shaped = action_out(action, _base_url(ctx))
-    return PushOut(
-        action_id=action.pk,
-        status=shaped["status"],
-        inbox_url=shaped["inbox_url"],
-        expires_at=action.expires_at,
-        created=created,
-    )
+    action, _ = await dbexec.run(services.push_action, agent, data)
+    return ActionOut.model_validate(action_out(action, _base_url(ctx)))
 
 
 async def impri_await_decision(
@@ -425,18 +406,27 @@ async def impri_report_result(
         dict[str, Any] | str | None,
         Field(description="What the executor said, e.g. the processor's transaction id or error."),
     ] = None,
-) -> ReportOut:
+    grant: Annotated[
+        str | None,
+        Field(description="The grant impri_await_decision returned with the approval."),
+    ] = None,
+) -> ActionOut:
     """Report what happened when you executed an approved action.
 
     Only an approved action takes a report. Repeating the same report is
     harmless; a different second report is refused.
     """
     agent = await current_agent(ctx)
-    data = _parse(ResultIn, {"status": status, "detail": detail})
+    data = _parse(ResultIn, {"status": status, "detail": detail, "grant": grant})
     action = await dbexec.run(
-        services.report_result, action_id, agent=agent, status=data.status, detail=data.detail
+        services.report_result,
+        action_id,
+        agent=agent,
+        status=data.status,
+        detail=data.detail,
+        grant=data.grant,
     )
-    return ReportOut(action_id=action.pk, status=action.effective_status)
+    return ActionOut.model_validate(action_out(action, _base_url(ctx)))
 
 
 async def impri_get_action(

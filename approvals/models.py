@@ -116,6 +116,17 @@ class ActionStatus(models.TextChoices):
     FAILED = "failed"
 
 
+class RejectReason(models.TextChoices):
+    """Why a reviewer rejected: a code the agent can branch on, beside the free-text note."""
+
+    WRONG_AMOUNT = "wrong_amount", "Wrong amount"
+    POLICY = "policy", "Against policy"
+    DUPLICATE = "duplicate", "Duplicate"
+    NEEDS_INFO = "needs_info", "Needs more information"
+    SUSPICIOUS = "suspicious", "Looks suspicious"
+    OTHER = "other", "Other"
+
+
 class PreviewFormat(models.TextChoices):
     PLAIN = "plain"
     MARKDOWN = "markdown"
@@ -188,6 +199,7 @@ class Action(models.Model):
     decided_by_rule = models.CharField(max_length=200, blank=True)
     decided_at = models.DateTimeField(null=True, blank=True)
     note = models.TextField(blank=True)
+    reject_reason = models.CharField(max_length=20, blank=True, choices=RejectReason.choices)
     edited_by_human = models.BooleanField(default=False)
 
     result_status = models.CharField(max_length=10, blank=True)
@@ -227,6 +239,11 @@ class Action(models.Model):
         return self.effective_status != ActionStatus.PENDING
 
     @property
+    def was_approved(self) -> bool:
+        """Approved, whether or not a result has been reported since."""
+        return self.status in (ActionStatus.APPROVED, ActionStatus.EXECUTED, ActionStatus.FAILED)
+
+    @property
     def decision_at(self):
         if self.effective_status == ActionStatus.EXPIRED and self.decided_at is None:
             return self.expires_at
@@ -264,6 +281,8 @@ class Review(models.Model):
     # approvals of the same payload count together.
     payload_sha256 = models.CharField(max_length=64, blank=True)
     note = models.TextField(blank=True)
+    # The reviewer's Idempotency-Key: a retry of this very decision answers 200.
+    idempotency_key = models.CharField(max_length=200, blank=True)
     at = models.DateTimeField(default=timezone.now)
 
     class Meta:

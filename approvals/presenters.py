@@ -8,6 +8,7 @@ import json
 from django.conf import settings
 from django.urls import reverse
 
+from . import grants
 from .models import Action, ActionStatus
 
 
@@ -20,13 +21,18 @@ def _preview(action: Action) -> dict:
     return {"format": action.preview_format, "body": action.preview_body}
 
 
+def unix(moment) -> int | None:
+    """The agent-facing timestamp convention: integer Unix seconds (DESIGN §4)."""
+    return None if moment is None else int(moment.timestamp())
+
+
 def _result(action: Action) -> dict | None:
     if not action.result_status:
         return None
     return {
         "status": action.result_status,
         "detail": action.result_detail,
-        "reported_at": action.reported_at,
+        "reported_at": unix(action.reported_at),
     }
 
 
@@ -52,11 +58,12 @@ def action_out(action: Action, base_url: str) -> dict:
         "flags": action.flags,
         "idempotency_key": action.idempotency_key,
         "status": action.effective_status,
-        "created_at": action.created_at,
-        "expires_at": action.expires_at,
-        "decision_at": action.decision_at,
+        "created_at": unix(action.created_at),
+        "expires_at": unix(action.expires_at),
+        "decision_at": unix(action.decision_at),
         "decided_by": action.decided_by,
         "note": action.note,
+        "reason": action.reject_reason or None,
         "edited_by_human": action.edited_by_human,
         "result": _result(action),
         "inbox_url": inbox_url(action, base_url),
@@ -64,22 +71,28 @@ def action_out(action: Action, base_url: str) -> dict:
 
 
 def decision_out(action: Action) -> dict:
-    """What a waiting agent receives. When a human edited the payload, the preview is the diff."""
+    """What a waiting agent receives (REST, MCP and webhook bodies alike).
+
+    A decided action's preview is always a diff of what was proposed against
+    what was approved: empty when nothing changed, and for rejected, expired
+    and cancelled actions. An approval carries its grant (``approvals.grants``).
+    """
     status = action.effective_status
     preview = _preview(action)
-    if action.edited_by_human and status in (
-        ActionStatus.APPROVED,
-        ActionStatus.EXECUTED,
-        ActionStatus.FAILED,
-    ):
-        preview = {"format": "diff", "body": payload_diff(action.original_payload, action.payload)}
+    if status != ActionStatus.PENDING:
+        body = payload_diff(action.original_payload, action.payload) if action.was_approved else ""
+        preview = {"format": "diff", "body": body}
+    claims = grants.claims_for(action)
     return {
         "action_id": action.pk,
         "status": status,
-        "decision_at": action.decision_at,
+        "decision_at": unix(action.decision_at),
         "payload": action.payload,
         "preview": preview,
         "edited_by_human": action.edited_by_human,
         "decided_by": action.decided_by,
         "note": action.note,
+        "reason": action.reject_reason or None,
+        "payload_sha256": claims["payload_sha256"] if claims else None,
+        "grant": grants.sign(claims) if claims else None,
     }

@@ -7,7 +7,6 @@ same message, naming the field.
 from __future__ import annotations
 
 import re
-from datetime import datetime
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
@@ -180,14 +179,27 @@ class DecisionIn(StrictModel):
     note: str = Field(default="", max_length=5000)
 
 
+RejectReasonLiteral = Literal[
+    "wrong_amount", "policy", "duplicate", "needs_info", "suspicious", "other"
+]
+
+
 class RejectIn(StrictModel):
     note: str = Field(default="", max_length=5000)
+    reason: RejectReasonLiteral | None = Field(
+        default=None, description="A code the agent can act on, beside the free-text note."
+    )
 
 
 class ResultIn(StrictModel):
     status: Literal["executed", "failed"]
     detail: dict[str, Any] | str | None = Field(
         default=None, description="What the executor reported, e.g. the processor's transaction id."
+    )
+    grant: str | None = Field(
+        default=None,
+        max_length=4000,
+        description="The grant that came with the approval, when the executor checked one.",
     )
 
     @model_validator(mode="after")
@@ -215,10 +227,13 @@ class Actor(BaseModel):
     name: str
 
 
+UnixSeconds = Annotated[int, Field(description="Unix seconds (UTC).")]
+
+
 class ResultOut(BaseModel):
     status: Literal["executed", "failed"]
     detail: dict[str, Any] | str | None
-    reported_at: datetime
+    reported_at: UnixSeconds
 
 
 class ActionOut(BaseModel):
@@ -235,11 +250,12 @@ class ActionOut(BaseModel):
     flags: list[str]
     idempotency_key: str | None
     status: str
-    created_at: datetime
-    expires_at: datetime
-    decision_at: datetime | None
+    created_at: UnixSeconds
+    expires_at: UnixSeconds
+    decision_at: UnixSeconds | None
     decided_by: Actor | None
     note: str
+    reason: RejectReasonLiteral | None = None
     edited_by_human: bool
     result: ResultOut | None
     inbox_url: str
@@ -248,12 +264,29 @@ class ActionOut(BaseModel):
 class DecisionOut(BaseModel):
     action_id: str
     status: Annotated[str, Field(description="pending means: no decision yet, call again.")]
-    decision_at: datetime | None
+    decision_at: UnixSeconds | None
     payload: dict[str, Any]
-    preview: PreviewOut
+    preview: Annotated[
+        PreviewOut,
+        Field(
+            description="Once decided, always a diff of the proposed payload against the "
+            "approved one (empty when nothing changed, or when not approved)."
+        ),
+    ]
     edited_by_human: bool
     decided_by: Actor | None
     note: str
+    reason: RejectReasonLiteral | None = Field(
+        default=None, description="A rejection's reason code, when the reviewer gave one."
+    )
+    payload_sha256: str | None = Field(
+        default=None, description="SHA-256 of the approved payload's canonical JSON."
+    )
+    grant: str | None = Field(
+        default=None,
+        description="Approved: a signed single-use grant (compact JWS, EdDSA) the executor "
+        "verifies against /.well-known/jwks.json before moving money.",
+    )
 
 
 class ActionPage(BaseModel):

@@ -28,7 +28,7 @@ from audit.models import ActorType, canonical_json
 from rules import engine as rule_engine
 from rules import services as rule_services
 
-from . import dbexec, events, outbox, waiting
+from . import dbexec, events, grants, outbox, waiting
 from .errors import (
     ActionNotFound,
     ActionNotPending,
@@ -37,7 +37,15 @@ from .errors import (
     InvalidInput,
     ResultConflict,
 )
-from .models import Action, ActionStatus, Agent, GroupNotificationSettings, Notification, Review
+from .models import (
+    Action,
+    ActionStatus,
+    Agent,
+    GroupNotificationSettings,
+    Notification,
+    RejectReason,
+    Review,
+)
 from .schemas import ActionIn, resolve_path
 
 logger = logging.getLogger(__name__)
@@ -273,7 +281,14 @@ def _replay(existing: Action, request_hash: str) -> Action:
 
 
 def decide(
-    action_id: str, *, by, verdict: str, edits: dict | None = None, note: str = ""
+    action_id: str,
+    *,
+    by,
+    verdict: str,
+    edits: dict | None = None,
+    note: str = "",
+    reason: str = "",
+    idempotency_key: str | None = None,
 ) -> Action:
     """Record a reviewer's approval (optionally with edits) or rejection.
 
@@ -283,12 +298,18 @@ def decide(
     figures). The action row is locked for the whole decision and every
     transition is a conditional UPDATE, so concurrent reviewers, a retry or
     the expiry sweep produce exactly one outcome; losers get ActionNotPending.
+    A retry of the same reviewer's decision with the same ``idempotency_key``
+    (same verdict and edits) returns the action as it is now instead.
     """
     if verdict not in ("approve", "reject"):
         raise InvalidInput("verdict", "must be approve or reject")
     edits = edits or {}
     if verdict == "reject" and edits:
         raise InvalidInput("edits", "a rejection cannot carry edits")
+    if reason and (verdict != "reject" or reason not in RejectReason.values):
+        raise InvalidInput(
+            "reason", f"must be one of {', '.join(RejectReason.values)}, and only on a rejection"
+        )
     with _atomic():
         # Locked first, checked under the lock: one read of the row, not two.
         action = _lock(action_id)
@@ -297,6 +318,8 @@ def decide(
                 f"you are not a reviewer in the group {_group_name(action)} "
                 "that this action is routed to"
             )
+        if idempotency_key and _is_retry(action, by, verdict, edits, idempotency_key):
+            return action
         if action.is_settled:
             raise ActionNotPending(action.pk, action.effective_status)
         new_payload = apply_edits(action, edits)
@@ -309,10 +332,12 @@ def decide(
                 "edits": edits,
                 "note": note,
                 "payload_sha256": digest,
+                "idempotency_key": idempotency_key or "",
                 "at": timezone.now(),
             },
         )
         if verdict == "reject":
+            action.reject_reason = reason
             return _settle(action, by, ActionStatus.REJECTED, action.payload, edits, note)
         approvals = action.reviews.filter(
             verdict=Review.Verdict.APPROVE, payload_sha256=digest
@@ -320,6 +345,19 @@ def decide(
         if approvals >= action.approvals_required:
             return _settle(action, by, ActionStatus.APPROVED, new_payload, edits, note)
         return _add_approval(action, by, new_payload, edits, note, approvals)
+
+
+def _is_retry(action: Action, by, verdict: str, edits: dict, key: str) -> bool:
+    """True when ``by`` already made this decision under ``key``; 409 when the key
+    was used for a different decision."""
+    earlier = action.reviews.filter(reviewer=by, idempotency_key=key).first()
+    if earlier is None:
+        return False
+    if earlier.verdict != verdict or earlier.edits != edits:
+        raise IdempotencyConflict(
+            f"Idempotency-Key {key!r} was already used for a different decision on {action.pk}"
+        )
+    return True
 
 
 def _lock(action_id: str) -> Action:
@@ -345,11 +383,14 @@ def _settle(action: Action, by, status: str, new_payload: dict, edits: dict, not
         decided_by_user=by,
         decided_at=now,
         note=note,
+        reject_reason=action.reject_reason,
     )
     if not updated:
         raise ActionNotPending(action.pk, _load(action.pk).effective_status)
     _audit_edit(action, by, edits, new_payload)
     data = {"note": note, "rule": action.rule_name or None, "rule_version": action.rule_version}
+    if action.reject_reason:
+        data["reason"] = action.reject_reason
     if status == ActionStatus.APPROVED:
         data["payload_sha256"] = payload_sha256(new_payload)
         data["approved_by"] = list(
@@ -502,15 +543,25 @@ def cancel_action(action_id: str, *, agent: Agent, reason: str = "") -> Action:
     return action
 
 
-def report_result(action_id: str, *, agent: Agent, status: str, detail=None) -> Action:
+def report_result(
+    action_id: str, *, agent: Agent, status: str, detail=None, grant: str | None = None
+) -> Action:
     """Record what happened when the agent executed an approved action.
 
     Only an approved action takes a report. Repeating the same report is
     harmless (the same answer comes back); a different second report is refused.
+    A ``grant`` must be this action's grant for its approved payload (one issued
+    for another action is refused with 409); its ``jti`` goes into the trail.
     """
     if status not in (ActionStatus.EXECUTED, ActionStatus.FAILED):
         raise InvalidInput("status", "must be executed or failed")
     action = get_action_for_agent(action_id, agent)
+    grant_jti = None
+    if grant is not None and action.was_approved:
+        try:
+            grant_jti = grants.check(grant, action)["jti"]
+        except grants.GrantError as exc:
+            raise ResultConflict(f"grant: {exc}") from None
     now = timezone.now()
     with _atomic():
         updated = Action.objects.filter(pk=action.pk, status=ActionStatus.APPROVED).update(
@@ -527,6 +578,7 @@ def report_result(action_id: str, *, agent: Agent, status: str, detail=None) -> 
                 "status": status,
                 "detail": detail,
                 "approved_payload_sha256": payload_sha256(action.payload),
+                "grant_jti": grant_jti,
             },
         )
         action = _load(action.pk)

@@ -9,13 +9,20 @@ from channels.layers import get_channel_layer
 from django.db import connection
 from django.http import JsonResponse
 
-from approvals import dbexec
+from approvals import dbexec, grants
 
 logger = logging.getLogger(__name__)
 
 
 def healthz(request):
     return JsonResponse({"status": "ok"})
+
+
+def jwks(request):
+    """The public keys that verify approval grants (approvals/grants.py); no key needed."""
+    response = JsonResponse(grants.jwks())
+    response["Cache-Control"] = "public, max-age=300"
+    return response
 
 
 async def readyz(request):

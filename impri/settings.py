@@ -103,6 +103,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_htmx",
+    # Only for its static files: /api/v1/docs loads Swagger UI from this server, not a CDN.
+    "ninja",
     "approvals",
     "rules",
     "audit",
@@ -266,6 +268,12 @@ IMPRI_RATE_LIMIT_PER_MIN = envint("IMPRI_RATE_LIMIT_PER_MIN", "600", minimum=0)
 # Signs audit checkpoints (impri audit checkpoint); unset: SECRET_KEY. Keep a copy off this server.
 IMPRI_AUDIT_CHECKPOINT_KEY = env("IMPRI_AUDIT_CHECKPOINT_KEY")
 IMPRI_MAX_TITLE_CHARS = 200
+# Grants (approvals/grants.py): an Ed25519 key as PEM text or a file; unset: one is
+# generated into <data dir>/grant-keys/. Scaled deployments share one key.
+IMPRI_GRANT_SIGNING_KEY = env("IMPRI_GRANT_SIGNING_KEY")
+IMPRI_GRANT_SIGNING_KEY_FILE = env("IMPRI_GRANT_SIGNING_KEY_FILE")
+# An approval's grant is valid for this long after the decision.
+IMPRI_GRANT_TTL_S = envint("IMPRI_GRANT_TTL_S", "3600", minimum=1)
 # MCP waits: without a progress token most clients give up at 60 s, so stop
 # before that; with one, send a progress notification this often.
 IMPRI_MCP_AWAIT_CAP_S = envfloat("IMPRI_MCP_AWAIT_CAP_S", "50", minimum=1)

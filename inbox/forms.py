@@ -13,7 +13,7 @@ from django import forms
 from django.contrib.auth.models import Group
 
 from approvals.errors import InvalidInput
-from approvals.models import Action, ActionStatus
+from approvals.models import Action, ActionStatus, RejectReason
 from approvals.schemas import resolve_path
 
 from .queries import AGES, Filters
@@ -28,16 +28,8 @@ AGE_CHOICES = [
 HISTORY_STATUSES = [("", "Any outcome")] + [
     (s, s.capitalize()) for s in ActionStatus.values if s != ActionStatus.PENDING
 ]
-# Reason codes travel to the agent at the start of the note, as "[code] note".
-REJECT_REASONS = [
-    ("", "No reason code"),
-    ("wrong_amount", "Wrong amount"),
-    ("policy", "Against policy"),
-    ("duplicate", "Duplicate"),
-    ("needs_info", "Needs more information"),
-    ("suspicious", "Looks suspicious"),
-    ("other", "Other"),
-]
+# Reason codes travel to the agent beside the note (decision "reason").
+REJECT_REASONS = [("", "No reason code"), *RejectReason.choices]
 assert set(AGES) == {value for value, _ in AGE_CHOICES if value}
 
 
@@ -137,6 +129,9 @@ class ApproveForm(forms.Form):
     def note_text(self) -> str:
         return self.cleaned_data["note"]
 
+    def reason_code(self) -> str:
+        return ""
+
 
 class RejectForm(forms.Form):
     verdict = forms.CharField(widget=forms.HiddenInput, initial="reject")
@@ -157,8 +152,10 @@ class RejectForm(forms.Form):
         return {}
 
     def note_text(self) -> str:
-        reason, note = self.cleaned_data["reason"], self.cleaned_data["note"]
-        return f"[{reason}] {note}".strip() if reason else note
+        return self.cleaned_data["note"]
+
+    def reason_code(self) -> str:
+        return self.cleaned_data["reason"]
 
 
 def add_service_error(form: forms.Form, error: InvalidInput) -> None:

@@ -134,6 +134,7 @@ def decide(request: HtmxHttpRequest, action_id: str) -> HttpResponse:
                 verdict=verdict,
                 edits=form.edits(),
                 note=form.note_text(),
+                reason=form.reason_code(),
             )
         except InvalidInput as error:
             add_service_error(form, error)

@@ -188,11 +188,17 @@ class TestDecisionEndpoint:
         assert body["edited_by_human"] is True
         assert body["preview"]["format"] == "diff"
 
-    def test_an_unedited_approval_keeps_the_agents_preview(self, action, agent, rita):
+    def test_an_unedited_approval_answers_an_empty_diff(self, action, agent, rita):
         services.decide(action.pk, by=rita.user, verdict="approve")
         body = agent.client().get(f"/actions/{action.pk}/decision").json()
         assert body["edited_by_human"] is False
+        assert body["preview"] == {"format": "diff", "body": ""}
+
+    def test_a_pending_action_shows_the_agents_preview(self, action, agent):
+        body = agent.client().get(f"/actions/{action.pk}/decision", timeout_s=0).json()
+        assert body["status"] == "pending"
         assert body["preview"] == {"format": "markdown", "body": action.preview_body}
+        assert body["grant"] is None and body["payload_sha256"] is None
 
     def test_a_reviewer_cannot_await(self, action, rita):
         assert rita.client().get(f"/actions/{action.pk}/decision").status_code == 403

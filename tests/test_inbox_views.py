@@ -560,7 +560,7 @@ def test_reject_with_a_reason_code_and_a_note(action, rita_browser):
     assert response.status_code == 302
     action.refresh_from_db()
     assert action.status == ActionStatus.REJECTED
-    assert action.note == "[duplicate] refunded on Monday"
+    assert (action.note, action.reject_reason) == ("refunded on Monday", "duplicate")
 
 
 def test_reject_without_a_reason_code(action, rita_browser):

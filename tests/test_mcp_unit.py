@@ -124,7 +124,7 @@ async def test_the_seed_refund_is_pushed_pending(agent):
     assert not result.is_error
     out = result.structured_content
     assert out["status"] == "pending"
-    assert out["created"] is True
+    assert isinstance(out["created_at"], int) and isinstance(out["expires_at"], int)
     assert out["inbox_url"].endswith(f"/inbox/actions/{out['action_id']}")
     action = await Action.objects.select_related("agent").aget(pk=out["action_id"])
     assert action.agent.name == "support-bot"
@@ -137,7 +137,7 @@ async def test_a_replayed_idempotency_key_returns_the_same_action(agent):
     first = await push(agent.key, idempotency_key="refund-10432")
     again = await push(agent.key, idempotency_key="refund-10432")
     assert again["action_id"] == first["action_id"]
-    assert again["created"] is False
+    assert again["created_at"] == first["created_at"]
     assert await Action.objects.acount() == 1
 
 
@@ -381,7 +381,9 @@ async def test_the_agent_reports_execution(approved, agent):
         "impri_report_result",
         {"action_id": approved.pk, "status": "executed", "detail": detail},
     )
-    assert result.structured_content == {"action_id": approved.pk, "status": "executed"}
+    out = result.structured_content
+    assert (out["action_id"], out["status"]) == (approved.pk, "executed")
+    assert out["result"]["detail"] == detail and isinstance(out["result"]["reported_at"], int)
     await approved.arefresh_from_db()
     assert approved.status == "executed"
     assert approved.result_detail == detail
@@ -540,3 +542,21 @@ async def test_an_unexpected_crash_shows_no_internals(agent):
         result = await client.call_tool("impri_broken", {})
     assert result.is_error
     assert result.content[0].text == "Error executing tool impri_broken"
+
+
+async def test_push_takes_a_callback_url_like_rest(agent):
+    pushed = await push(agent.key, callback_url="https://agent.example.com/impri-hook")
+    action = await Action.objects.aget(pk=pushed["action_id"])
+    assert action.callback_url == "https://agent.example.com/impri-hook"
+
+
+async def test_report_takes_the_grant(approved, agent):
+    decision = await call(agent.key, "impri_await_decision", {"action_id": approved.pk})
+    grant = decision.structured_content["grant"]
+    result = await call(
+        agent.key,
+        "impri_report_result",
+        {"action_id": approved.pk, "status": "executed", "detail": "ok", "grant": grant},
+    )
+    assert not result.is_error, result.content
+    assert result.structured_content["result"]["detail"] == "ok"
