@@ -48,9 +48,14 @@ def test_reviewer_edits_an_editable_field_and_approves(action, rita):
 
 
 def test_an_edit_to_the_same_value_is_not_an_edit(action, rita):
-    rita.client().post(f"/actions/{action.pk}/approve", {"edits": {"payload.amount_cents": 8400}})
+    response = rita.client().post(
+        f"/actions/{action.pk}/approve", {"edits": {"payload.amount_cents": 8400}}
+    )
+    assert response.status_code == 200
     action.refresh_from_db()
+    assert action.status == "approved"
     assert action.edited_by_human is False
+    assert not AuditEvent.objects.filter(action_id=action.pk, event="action.edited").exists()
 
 
 @pytest.mark.parametrize(

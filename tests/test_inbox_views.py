@@ -88,10 +88,12 @@ def test_reviewer_logs_in_with_a_password_and_lands_on_the_queue(rita):
 
 
 def test_a_wrong_password_is_refused_with_a_message(rita):
-    response = Client().post("/accounts/login/", {"username": "rita", "password": "nope"})
+    client = Client()
+    response = client.post("/accounts/login/", {"username": "rita", "password": "nope"})
     assert response.status_code == 200
     assert "alert-error" in html(response)
-    assert "_auth_user_id" not in Client().session
+    assert "_auth_user_id" not in client.session
+    assert client.get("/inbox/").status_code == 302  # still sent to the login page
 
 
 def test_logging_in_needs_the_csrf_token(rita):
