@@ -18,6 +18,19 @@ from .models import GENESIS_HASH, AuditEvent, ChainHead, canonical_json, format_
 _local = threading.local()
 
 
+def in_own_transaction() -> bool:
+    """True inside an atomic block that the calling code opened.
+
+    A test case's enclosing blocks (Django marks them ``_from_testcase``) do not
+    count, so a service that forgot its transaction fails under test exactly as
+    it would in production.
+    """
+    return any(
+        not getattr(block, "_from_testcase", False)
+        for block in transaction.get_connection().atomic_blocks
+    )
+
+
 def record(
     event: str, *, actor_type: str, actor_id: str, action_id: str = "", data: dict | None = None
 ) -> AuditEvent:
@@ -28,7 +41,7 @@ def record(
     returned object gets its ``seq`` and ``hash`` then. Outside a batch it is
     appended at once.
     """
-    if not transaction.get_connection().in_atomic_block:
+    if not in_own_transaction():
         raise RuntimeError(
             "audit.record() must run inside the transaction of the change it records"
         )

@@ -65,3 +65,13 @@ def test_reading_the_whole_log_needs_staff(rita):
 def test_a_reviewer_cannot_read_the_trail_of_an_action_outside_their_queue(agent, mallory):
     action = make_action(agent.agent)
     assert mallory.client().get("/audit", action_id=action.pk).status_code == 404
+
+
+def test_an_event_outside_a_transaction_of_its_own_is_refused_even_inside_a_test(db):
+    # pytest-django wraps the test in a transaction; that one does not count, so a
+    # service that forgot its own transaction fails here as it would in production.
+    with pytest.raises(RuntimeError, match="inside the transaction"):
+        audit_log.record("probe.outside", actor_type="system", actor_id="test")
+    with transaction.atomic():
+        event = audit_log.record("probe.inside", actor_type="system", actor_id="test")
+    assert event.seq is not None
