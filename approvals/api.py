@@ -296,9 +296,11 @@ audit_router = Router(tags=["audit"])
 
 class AuditEventOut(Schema):
     seq: int
+    scheme: int
     at: datetime
     actor_type: str
     actor_id: str
+    actor_ref: str
     action_id: str
     event: str
     data: dict

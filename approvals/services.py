@@ -136,6 +136,7 @@ def _create(agent: Agent, data: ActionIn, key: str | None, request_hash: str) ->
     view = {
         "kind": data.kind,
         "agent": agent.name,
+        "agent_id": agent.pk,
         "payload": data.payload,
         "flags": data.flags,
         "context": data.context,
@@ -221,6 +222,7 @@ def _audit_push(action: Action, verdict, version: int) -> None:
     pushed_by = {
         "actor_type": ActorType.AGENT,
         "actor_id": action.agent.name,
+        "actor_ref": f"agent:{action.agent_id}",
         "action_id": action.pk,
     }
     audit.record(
@@ -352,17 +354,20 @@ def _settle(action: Action, by, status: str, new_payload: dict, edits: dict, not
     data = {"note": note, "rule": action.rule_name or None, "rule_version": action.rule_version}
     if status == ActionStatus.APPROVED:
         data["payload_sha256"] = payload_sha256(new_payload)
-        data["approved_by"] = list(
+        approvers = (
             action.reviews.filter(
                 verdict=Review.Verdict.APPROVE, payload_sha256=data["payload_sha256"]
             )
             .order_by("at", "pk")
-            .values_list("reviewer__username", flat=True)
+            .values_list("reviewer__username", "reviewer_id")
         )
+        data["approved_by"] = [name for name, _ in approvers]
+        data["approved_by_refs"] = [f"user:{pk}" for _, pk in approvers]
     audit.record(
         f"action.{status}",
         actor_type=ActorType.REVIEWER,
         actor_id=by.get_username(),
+        actor_ref=f"user:{by.pk}",
         action_id=action.pk,
         data=data,
     )
@@ -387,6 +392,7 @@ def _add_approval(
         "review.approved",
         actor_type=ActorType.REVIEWER,
         actor_id=by.get_username(),
+        actor_ref=f"user:{by.pk}",
         action_id=action.pk,
         data={
             "note": note,
@@ -413,6 +419,7 @@ def _audit_edit(action: Action, by, edits: dict, new_payload: dict) -> None:
             "action.edited",
             actor_type=ActorType.REVIEWER,
             actor_id=by.get_username(),
+            actor_ref=f"user:{by.pk}",
             action_id=action.pk,
             data={"changes": changes},
         )
@@ -494,6 +501,7 @@ def cancel_action(action_id: str, *, agent: Agent, reason: str = "") -> Action:
             "action.cancelled",
             actor_type=ActorType.AGENT,
             actor_id=agent.name,
+            actor_ref=f"agent:{agent.pk}",
             action_id=action.pk,
             data={"reason": reason},
         )
@@ -522,6 +530,7 @@ def report_result(action_id: str, *, agent: Agent, status: str, detail=None) -> 
             "result.reported",
             actor_type=ActorType.AGENT,
             actor_id=agent.name,
+            actor_ref=f"agent:{agent.pk}",
             action_id=action.pk,
             data={
                 "status": status,
