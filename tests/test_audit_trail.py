@@ -315,3 +315,38 @@ def test_a_chain_written_before_the_cut_over_still_verifies(agent, rita):
     result = audit_log.verify_events(chain)
     assert not result.ok and result.first_broken_seq == cut_over + 1
     assert "scheme goes back" in result.problem
+
+
+def test_the_auditors_script_in_the_docs_verifies_an_export(agent, rita, tmp_path):
+    import re
+    import subprocess
+    import sys
+    from io import StringIO
+    from pathlib import Path
+
+    from django.core.management import call_command
+
+    plain = _raw_push(agent)
+    rita.client().post(f"/actions/{plain['action_id']}/approve", {})
+    docs = Path(__file__).resolve().parent.parent / "docs" / "audit.md"
+    script = re.search(r"re-check an export.*?```python\n(.*?)```", docs.read_text(), re.S)
+    (tmp_path / "check.py").write_text(script.group(1))
+    out = StringIO()
+    call_command("audit", "export", stdout=out)
+    (tmp_path / "log.jsonl").write_text(out.getvalue())
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "check.py"), str(tmp_path / "log.jsonl")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"ok {AuditEvent.objects.count()}"
+    tampered = out.getvalue().replace('"kind": "payment.refund"', '"kind": "payment.charge"', 1)
+    assert tampered != out.getvalue()
+    (tmp_path / "log.jsonl").write_text(tampered)
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "check.py"), str(tmp_path / "log.jsonl")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode != 0 and "broken at" in done.stderr
