@@ -12,6 +12,7 @@ import copy
 import dataclasses
 import hashlib
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import contextmanager
@@ -448,6 +449,8 @@ def apply_edits(action: Action, edits: dict) -> dict:
                 field, f"{path} is not editable on this action (editable: {allowed})"
             )
         _, original = resolve_path({"payload": action.original_payload}, path)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidInput(field, "must be a finite number")
         if not _same_json_type(original, value):
             raise InvalidInput(field, f"must be a {_json_type(original)} like the original value")
         problem = rule_engine.bound_problem(action.edit_bounds.get(path, {}), original, value)

@@ -350,3 +350,23 @@ def test_the_auditors_script_in_the_docs_verifies_an_export(agent, rita, tmp_pat
         text=True,
     )
     assert done.returncode != 0 and "broken at" in done.stderr
+
+
+@pytest.mark.parametrize("spelling", ["1e400", "NaN", "-Infinity"])
+def test_numbers_json_cannot_hold_are_refused_naming_the_field(agent, rita, spelling):
+    body = json.dumps(refund_body()).replace('"reason": "damaged"', f'"reason": {spelling}')
+    response = agent.client().post("/actions", body)
+    assert response.status_code == 422, response.content
+    assert "payload.reason" in response.content.decode()
+    body = json.dumps(refund_body()).replace('"order_total_cents": 8400', f'"x": {spelling}')
+    response = agent.client().post("/actions", body)
+    assert response.status_code == 422 and "context.x" in response.content.decode()
+    pushed = agent.client().post("/actions", refund_body()).json()["action_id"]
+    edit = '{"edits": {"payload.amount_cents": ' + spelling + "}}"
+    response = rita.client().post(f"/actions/{pushed}/approve", edit)
+    assert response.status_code == 422 and "payload.amount_cents" in response.content.decode()
+    assert rita.client().post(f"/actions/{pushed}/approve", {}).status_code == 200
+    detail = '{"status": "executed", "detail": {"fee": ' + spelling + "}}"
+    response = agent.client().post(f"/actions/{pushed}/result", detail)
+    assert response.status_code == 422 and "detail.fee" in response.content.decode()
+    assert audit_log.verify().ok
