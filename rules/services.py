@@ -16,6 +16,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from audit import log as audit
+from audit.identity import current_actor
 from audit.models import ActorType
 
 from . import engine
@@ -98,6 +99,7 @@ def bump_version(*, by: str, change: str, detail: dict | None = None) -> int:
         "rules.changed",
         actor_type=ActorType.REVIEWER if not by.startswith(("cli", "system")) else ActorType.SYSTEM,
         actor_id=by,
+        actor_ref=current_actor()["actor_ref"],
         data={
             "change": change,
             "version": version,

@@ -183,3 +183,22 @@ def test_notification_settings_are_audited_without_the_slack_url(ops):
     assert second.data["slack_webhook_url_set"] is True
     assert "secret" not in str(second.data)
     assert second.actor_ref == f"user:{admin.pk}"
+
+
+def test_a_key_issued_in_admin_names_the_admin_and_the_owner_by_id(agent, ops):
+    admin, client = ops
+    response = client.post(
+        "/admin/approvals/agent/",
+        {"action": "issue_key", "_selected_action": [agent.agent.pk]},
+    )
+    assert response.status_code == 302
+    issued = [e for e in _events("key.created") if e.actor_id == "admin:ops"]
+    assert len(issued) == 1
+    assert issued[0].actor_ref == f"user:{admin.pk}"
+    assert issued[0].data["owner_ref"] == f"agent:{agent.agent.pk}"
+
+
+def test_a_login_names_the_stable_user(rita):
+    Client().post("/accounts/login/", {"username": "rita", "password": "rita-password"})
+    (login,) = _events("reviewer.login")
+    assert login.actor_ref == f"user:{rita.user.pk}"
