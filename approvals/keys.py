@@ -12,6 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit import log as audit
+from audit.identity import current_actor
 from audit.models import ActorType
 
 from . import faults
@@ -53,10 +54,12 @@ def _new_key(
             "key.created",
             actor_type=ActorType.SYSTEM,
             actor_id=by,
+            actor_ref=current_actor()["actor_ref"],
             data={
                 "kind": kind,
                 "prefix": key.prefix,
                 "owner": agent.name if agent else user.get_username(),
+                "owner_ref": f"agent:{agent.pk}" if agent else f"user:{user.pk}",
             },
         )
     return key, raw
@@ -87,6 +90,7 @@ def revoke_key(key: ApiKey, *, by: str = "system") -> None:
                 "key.revoked",
                 actor_type=ActorType.SYSTEM,
                 actor_id=by,
+                actor_ref=current_actor()["actor_ref"],
                 data={"kind": key.kind, "prefix": key.prefix},
             )
 

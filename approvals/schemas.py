@@ -6,6 +6,7 @@ same message, naming the field.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -46,6 +47,23 @@ def find_nul(value: Any, path: str) -> str | None:
     if isinstance(value, list):
         for index, item in enumerate(value):
             found = find_nul(item, f"{path}.{index}")
+            if found:
+                return found
+    return None
+
+
+def find_non_finite(value: Any, path: str) -> str | None:
+    """Return the path of the first NaN or infinity (``1e400`` parses as one): JSON has neither."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else path
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = find_non_finite(item, f"{path}.{key}")
+            if found:
+                return found
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            found = find_non_finite(item, f"{path}.{index}")
             if found:
                 return found
     return None
@@ -168,7 +186,14 @@ class ActionIn(StrictModel):
             bad = find_nul(getattr(self, name) if name != "preview" else self.preview.body, name)
             if bad:
                 raise ValueError(f"{bad}: text must not contain NUL characters")
+        for name in ("payload", "context"):
+            bad = find_non_finite(getattr(self, name), name)
+            if bad:
+                raise ValueError(f"{bad}: {NON_FINITE}")
         return self
+
+
+NON_FINITE = "a number must be finite (no NaN, Infinity, or a float beyond ±1.8e308)"
 
 
 class DecisionIn(StrictModel):
@@ -177,6 +202,13 @@ class DecisionIn(StrictModel):
         description='Editable paths to change, e.g. {"payload.amount_cents": 5000}.',
     )
     note: str = Field(default="", max_length=5000)
+
+    @model_validator(mode="after")
+    def _finite(self) -> DecisionIn:
+        for path, value in self.edits.items():
+            if find_non_finite(value, f"edits.{path}"):
+                raise ValueError(f"edits.{path}: {NON_FINITE}")
+        return self
 
 
 RejectReasonLiteral = Literal[
@@ -207,6 +239,9 @@ class ResultIn(StrictModel):
         bad = find_nul(self.detail, "detail")
         if bad:
             raise ValueError(f"{bad}: text must not contain NUL characters")
+        bad = find_non_finite(self.detail, "detail")
+        if bad:
+            raise ValueError(f"{bad}: {NON_FINITE}")
         return self
 
 

@@ -12,6 +12,7 @@ import copy
 import dataclasses
 import hashlib
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import contextmanager
@@ -144,6 +145,7 @@ def _create(agent: Agent, data: ActionIn, key: str | None, request_hash: str) ->
     view = {
         "kind": data.kind,
         "agent": agent.name,
+        "agent_id": agent.pk,
         "payload": data.payload,
         "flags": data.flags,
         "context": data.context,
@@ -229,6 +231,7 @@ def _audit_push(action: Action, verdict, version: int) -> None:
     pushed_by = {
         "actor_type": ActorType.AGENT,
         "actor_id": action.agent.name,
+        "actor_ref": f"agent:{action.agent_id}",
         "action_id": action.pk,
     }
     audit.record(
@@ -393,17 +396,20 @@ def _settle(action: Action, by, status: str, new_payload: dict, edits: dict, not
         data["reason"] = action.reject_reason
     if status == ActionStatus.APPROVED:
         data["payload_sha256"] = payload_sha256(new_payload)
-        data["approved_by"] = list(
+        approvers = (
             action.reviews.filter(
                 verdict=Review.Verdict.APPROVE, payload_sha256=data["payload_sha256"]
             )
             .order_by("at", "pk")
-            .values_list("reviewer__username", flat=True)
+            .values_list("reviewer__username", "reviewer_id")
         )
+        data["approved_by"] = [name for name, _ in approvers]
+        data["approved_by_refs"] = [f"user:{pk}" for _, pk in approvers]
     audit.record(
         f"action.{status}",
         actor_type=ActorType.REVIEWER,
         actor_id=by.get_username(),
+        actor_ref=f"user:{by.pk}",
         action_id=action.pk,
         data=data,
     )
@@ -428,6 +434,7 @@ def _add_approval(
         "review.approved",
         actor_type=ActorType.REVIEWER,
         actor_id=by.get_username(),
+        actor_ref=f"user:{by.pk}",
         action_id=action.pk,
         data={
             "note": note,
@@ -454,6 +461,7 @@ def _audit_edit(action: Action, by, edits: dict, new_payload: dict) -> None:
             "action.edited",
             actor_type=ActorType.REVIEWER,
             actor_id=by.get_username(),
+            actor_ref=f"user:{by.pk}",
             action_id=action.pk,
             data={"changes": changes},
         )
@@ -482,6 +490,8 @@ def apply_edits(action: Action, edits: dict) -> dict:
                 field, f"{path} is not editable on this action (editable: {allowed})"
             )
         _, original = resolve_path({"payload": action.original_payload}, path)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidInput(field, "must be a finite number")
         if not _same_json_type(original, value):
             raise InvalidInput(field, f"must be a {_json_type(original)} like the original value")
         problem = rule_engine.bound_problem(action.edit_bounds.get(path, {}), original, value)
@@ -535,6 +545,7 @@ def cancel_action(action_id: str, *, agent: Agent, reason: str = "") -> Action:
             "action.cancelled",
             actor_type=ActorType.AGENT,
             actor_id=agent.name,
+            actor_ref=f"agent:{agent.pk}",
             action_id=action.pk,
             data={"reason": reason},
         )
@@ -573,6 +584,7 @@ def report_result(
             "result.reported",
             actor_type=ActorType.AGENT,
             actor_id=agent.name,
+            actor_ref=f"agent:{agent.pk}",
             action_id=action.pk,
             data={
                 "status": status,

@@ -6,4 +6,6 @@ class AuditConfig(AppConfig):
     verbose_name = "Audit log"
 
     def ready(self):
-        from . import signals  # noqa: F401  (connects the login receivers)
+        from . import identity, signals  # noqa: F401  (signals connects the login receivers)
+
+        identity.connect()

@@ -12,9 +12,11 @@ from .models import AuditEvent, format_at
 
 CSV_COLUMNS = [
     "seq",
+    "scheme",
     "at",
     "actor_type",
     "actor_id",
+    "actor_ref",
     "action_id",
     "event",
     "data",
@@ -43,9 +45,11 @@ def events(
 def as_dict(event: AuditEvent) -> dict:
     return {
         "seq": event.seq,
+        "scheme": event.scheme,
         "at": format_at(event.at),
         "actor_type": event.actor_type,
         "actor_id": event.actor_id,
+        "actor_ref": event.actor_ref,
         "action_id": event.action_id,
         "event": event.event,
         "data": event.data,

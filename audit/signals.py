@@ -26,6 +26,7 @@ def record_login(sender, request, user, **kwargs):
             "reviewer.login",
             actor_type=ActorType.REVIEWER,
             actor_id=user.get_username(),
+            actor_ref=f"user:{user.pk}",
             data=_client(request),
         )
 

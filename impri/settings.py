@@ -119,6 +119,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "audit.identity.ActorMiddleware",  # who made an admin change, for the audit log
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -319,6 +320,10 @@ CELERY_BEAT_SCHEDULE = {
     "send-reminders": {"task": "approvals.tasks.send_reminders", "schedule": IMPRI_SLOW_TICK_S},
     "flag-stale-approvals": {
         "task": "approvals.tasks.flag_stale_approvals",
+        "schedule": IMPRI_SLOW_TICK_S,
+    },
+    "audit-full-verifications": {
+        "task": "audit.tasks.run_full_verifications",
         "schedule": IMPRI_SLOW_TICK_S,
     },
 }

@@ -28,8 +28,14 @@ def state_sweeps():
 
 def slow_sweeps():
     from approvals import services
+    from audit import log as audit_log
 
-    return [services.escalate_due, services.remind_due, services.flag_stale]
+    return [
+        services.escalate_due,
+        services.remind_due,
+        services.flag_stale,
+        audit_log.run_full_verifications,
+    ]
 
 
 def delivery_sweeps():

@@ -4,13 +4,14 @@ import json
 
 from django import forms
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.template.response import TemplateResponse
 from django.urls import path
 
 from . import engine, services
 from .backtest import backtest, dry_run, parse_since
-from .models import BudgetCounter, Rule, RuleSet
+from .models import BudgetCounter, Rule, RuleSet, RuleSetVersion
 
 
 @admin.register(Rule)
@@ -61,6 +62,11 @@ class RuleAdmin(admin.ModelAdmin):
         return custom + super().get_urls()
 
     def dry_run_view(self, request):
+        # It prints every threshold and past actions' amounts: the rules permissions, not just staff.
+        if not self.has_view_permission(request) or (
+            request.method == "POST" and not self.has_change_permission(request)
+        ):
+            raise PermissionDenied("the dry run needs the permissions to view and change rules")
         form = DryRunForm(
             request.POST or None, initial={"rules_yaml": services.export_yaml(), "since": "30d"}
         )
@@ -123,6 +129,23 @@ class DryRunForm(forms.Form):
 @admin.register(RuleSet)
 class RuleSetAdmin(admin.ModelAdmin):
     list_display = ("__str__", "version")
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(RuleSetVersion)
+class RuleSetVersionAdmin(admin.ModelAdmin):
+    """Every version of the rule set, read-only: its YAML and the diff from the one before."""
+
+    list_display = ("version", "change", "changed_by", "created_at")
+    readonly_fields = ("version", "change", "changed_by", "created_at", "yaml", "diff")
 
     def has_add_permission(self, request):
         return False

@@ -21,6 +21,7 @@ def action_view(action: Action) -> dict:
     return {
         "kind": action.kind,
         "agent": action.agent.name,
+        "agent_id": action.agent_id,
         "payload": action.original_payload,
         "flags": action.flags,
         "context": action.context,

@@ -90,3 +90,25 @@ class BudgetCounter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.rule} / {self.scope} from {self.window_start:%Y-%m-%d %H:%M}: {self.total}"
+
+
+class RuleSetVersion(models.Model):
+    """The rule set as it stood at one version, and how it differed from the one before.
+
+    Written in the transaction that bumps the version; the ``rules.changed``
+    audit event carries the SHA-256 of ``yaml``, so a stored version that was
+    altered afterwards no longer matches the hash-chained record.
+    """
+
+    version = models.PositiveIntegerField(unique=True)
+    yaml = models.TextField()
+    diff = models.TextField(blank=True)
+    changed_by = models.CharField(max_length=200, blank=True)
+    change = models.CharField(max_length=40, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-version"]
+
+    def __str__(self) -> str:
+        return f"rule set v{self.version}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import hashlib
 import json
 import secrets
 from dataclasses import dataclass
@@ -11,12 +13,14 @@ from decimal import Decimal, InvalidOperation
 import yaml
 from django.db import IntegrityError, transaction
 from django.db.models import F
+from django.utils import timezone
 
 from audit import log as audit
+from audit.identity import current_actor
 from audit.models import ActorType
 
 from . import engine
-from .models import BudgetCounter, Rule, RuleSet
+from .models import BudgetCounter, Rule, RuleSet, RuleSetVersion
 
 
 @dataclass(frozen=True)
@@ -83,17 +87,54 @@ def replace_rules(rules: list[engine.Rule], *, by: str) -> int:
 
 
 def bump_version(*, by: str, change: str, detail: dict | None = None) -> int:
-    """Record a rule-set change: a new version and an audit event in the caller's transaction."""
+    """Record a rule-set change: a new version, its content and diff, and an audit event.
+
+    Runs in the caller's transaction, after the rules were changed.
+    """
     RuleSet.objects.get_or_create(pk=1)
     RuleSet.objects.filter(pk=1).update(version=F("version") + 1, revision=secrets.token_hex(16))
     version = RuleSet.objects.get(pk=1).version
+    stored = _store_version(version, by=by, change=change)
     audit.record(
         "rules.changed",
         actor_type=ActorType.REVIEWER if not by.startswith(("cli", "system")) else ActorType.SYSTEM,
         actor_id=by,
-        data={"change": change, "version": version, **(detail or {})},
+        actor_ref=current_actor()["actor_ref"],
+        data={
+            "change": change,
+            "version": version,
+            "rules_sha256": hashlib.sha256(stored.yaml.encode()).hexdigest(),
+            **(detail or {}),
+        },
     )
     return version
+
+
+def _store_version(version: int, *, by: str, change: str) -> RuleSetVersion:
+    text = export_yaml()
+    previous = RuleSetVersion.objects.filter(version__lt=version).order_by("-version").first()
+    before = previous.yaml if previous else ""
+    diff = "".join(
+        difflib.unified_diff(
+            before.splitlines(keepends=True),
+            text.splitlines(keepends=True),
+            fromfile=f"v{previous.version}" if previous else "(none kept)",
+            tofile=f"v{version}",
+        )
+    )
+    return RuleSetVersion.objects.create(
+        version=version,
+        yaml=text,
+        diff=diff,
+        changed_by=by,
+        change=change,
+        created_at=timezone.now(),
+    )
+
+
+def rules_at(version: int) -> RuleSetVersion | None:
+    """The rule set as it stood at ``version`` (None when it was not kept: before versions were stored)."""
+    return RuleSetVersion.objects.filter(version=version).first()
 
 
 # --- Budgets --------------------------------------------------------------------------
@@ -119,7 +160,8 @@ def budget_amount(budget: engine.Budget, action: dict) -> Decimal | None:
 
 
 def budget_scope(budget: engine.Budget, action: dict) -> str | None:
-    scope = f"agent:{action['agent']}"
+    # Keyed by the agent's id, not its name: a rename must not reset its budget.
+    scope = f"agent#{action['agent_id']}"
     if budget.scope:
         value = engine.lookup(action, budget.scope)
         if value is engine.MISSING or isinstance(value, dict | list):

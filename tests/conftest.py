@@ -7,17 +7,58 @@ again with DATABASE_URL and REDIS_URL pointing at PostgreSQL and Redis.
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import Group, User
+from django.db.backends.base.operations import BaseDatabaseOperations
 from django.test import Client
 
 from approvals import keys
 from approvals.models import Agent
+from audit import guards
 
 SCALED = bool(settings.DATABASE_URL)
+
+
+# --- The suite's own way around the audit log's append-only triggers ----------------
+# Django empties the tables between transactional tests (TRUNCATE on PostgreSQL,
+# DELETE on SQLite), which the triggers refuse. Only this flush lifts them, for
+# its own statements, and puts them back; no application code path can.
+
+
+@contextmanager
+def _audit_guards_lifted(connection):
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            for table in guards.GUARDED_TABLES:
+                cursor.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
+        else:
+            for name in guards.SQLITE_TRIGGERS:
+                cursor.execute(f"DROP TRIGGER IF EXISTS {name}")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            if connection.vendor == "postgresql":
+                for table in guards.GUARDED_TABLES:
+                    cursor.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
+            else:
+                for statement in guards.SQLITE_TRIGGERS.values():
+                    cursor.execute(statement)
+
+
+_flush = BaseDatabaseOperations.execute_sql_flush
+
+
+def _flush_around_audit_guards(self, sql_list):
+    with _audit_guards_lifted(self.connection):
+        _flush(self, sql_list)
+
+
+BaseDatabaseOperations.execute_sql_flush = _flush_around_audit_guards
 
 
 @dataclass

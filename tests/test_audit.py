@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth.models import Group, Permission
 from django.db import transaction
 
 from approvals import services
@@ -55,11 +56,23 @@ def test_the_audit_api_is_for_reviewers(agent, rita):
     assert rita.client().get("/audit/verify").json()["ok"] is True
 
 
-def test_reading_the_whole_log_needs_staff(rita):
+def test_reading_the_whole_log_needs_the_auditors_group_not_staff(rita):
     assert rita.client().get("/audit").status_code == 403
     rita.user.is_staff = True
     rita.user.save()
+    assert rita.client().get("/audit").status_code == 403
+    rita.user.groups.add(Group.objects.get_or_create(name="auditors")[0])
     assert rita.client().get("/audit").status_code == 200
+
+
+def test_the_audit_log_permission_opens_the_whole_log_and_any_trail(agent, mallory):
+    action = make_action(agent.agent)
+    assert mallory.client().get("/audit", action_id=action.pk).status_code == 404
+    mallory.user.user_permissions.add(Permission.objects.get(codename="audit_log"))
+    mallory.user = type(mallory.user).objects.get(pk=mallory.user.pk)  # drop the perm cache
+    assert mallory.client().get("/audit").status_code == 200
+    body = mallory.client().get("/audit", action_id=action.pk).json()
+    assert [item["event"] for item in body["items"]] == ["action.pushed", "rule.matched"]
 
 
 def test_a_reviewer_cannot_read_the_trail_of_an_action_outside_their_queue(agent, mallory):

@@ -15,7 +15,6 @@ from django.test import Client
 from approvals import services
 from audit import log as audit_log
 from audit.models import AuditEvent
-from tests.conftest import SCALED
 from tests.factories import make_action
 from tests.threads import run_together
 
@@ -155,7 +154,7 @@ def test_export_as_jsonl_and_csv_with_filters(agent, rita):
         "audit", "export", "--format", "csv", "--since", "2000-01-01T00:00:00Z", stdout=out
     )
     lines = out.getvalue().splitlines()
-    assert lines[0] == "seq,at,actor_type,actor_id,action_id,event,data,prev_hash,hash"
+    assert lines[0] == "seq,scheme,at,actor_type,actor_id,actor_ref,action_id,event,data,prev_hash,hash"
     assert len(lines) == 1 + AuditEvent.objects.count()
     out = StringIO()
     call_command("audit", "export", "--until", "2000-01-01T00:00:00Z", stdout=out)
@@ -210,9 +209,6 @@ def test_the_seed_refund_leaves_exactly_the_expected_trail(agent, rita):
     assert audit_log.verify().ok
 
 
-@pytest.mark.skipif(
-    not SCALED, reason="the append-only trigger exists on PostgreSQL only (the scaled leg)"
-)
 def test_the_database_refuses_updates_and_deletes_of_events(agent):
     make_action(agent.agent)
     for statement in (

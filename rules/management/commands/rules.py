@@ -17,6 +17,13 @@ class Command(BaseCommand):
         imp = sub.add_parser("import", help="Replace the rule set with FILE (atomically).")
         imp.add_argument("file")
         sub.add_parser("export", help="Print the rule set as YAML.")
+        show = sub.add_parser(
+            "show", help="Print the rule set as it stood at a version (default: the current one)."
+        )
+        show.add_argument("--version", type=int, dest="rules_version", help="Version number")
+        show.add_argument(
+            "--diff", action="store_true", help="Print the diff from the version before instead"
+        )
         test = sub.add_parser("test", help="Show what FILE's rules would do to one action.")
         test.add_argument("file")
         test.add_argument(
@@ -35,6 +42,9 @@ class Command(BaseCommand):
         if subcommand == "export":
             self.stdout.write(services.export_yaml(), ending="")
             return
+        if subcommand == "show":
+            self._show(options["rules_version"], options["diff"])
+            return
         rules = self._load(options["file"])
         if subcommand == "import":
             version = services.replace_rules(rules, by="cli")
@@ -51,6 +61,22 @@ class Command(BaseCommand):
             self.stdout.write(
                 backtest(rules, since, options["amount_path"]).as_text(options["amount_path"])
             )
+
+    def _show(self, version: int | None, diff: bool):
+        if version is None:
+            version = services.current_rules().version
+        stored = services.rules_at(version)
+        if stored is None:
+            raise CommandError(
+                f"rule set version {version} was not kept (versions are kept from the upgrade "
+                "that introduced them on; the current one is "
+                f"{services.current_rules().version})"
+            )
+        self.stderr.write(
+            f"rule set v{stored.version}: {stored.change or 'changed'} by "
+            f"{stored.changed_by or 'unknown'} at {stored.created_at:%Y-%m-%d %H:%M:%S} UTC"
+        )
+        self.stdout.write(stored.diff if diff else stored.yaml, ending="")
 
     def _load(self, path: str) -> list[engine.Rule]:
         try:

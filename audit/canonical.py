@@ -1,0 +1,88 @@
+"""The byte encodings that audit hashes and payload digests are computed over.
+
+Scheme 2 (the current one) encodes a JSON value by what it *is*, not by how
+one writer happened to spell it, so the value a hash was computed over in
+memory and the value that reads back from the database encode to the same
+bytes. PostgreSQL's ``jsonb`` stores numbers as ``numeric``: ``1e16`` reads
+back as ``10000000000000000``, ``-0.0`` as ``0.0``, ``1e-07`` as ``0.0000001``.
+Every number is therefore written as its plain decimal value: no exponent, no
+trailing zeros after the point, no point when it is whole, no sign on zero. A
+float stands for the shortest decimal that reads back as it (Python's
+``repr``), which is also what ``json.dumps`` sends to the database. Integers
+of any size are exact (the ``rfc8785`` package refuses integers beyond ±2^53,
+which ``jsonb`` makes out of floats such as ``1e16``).
+
+Scheme 1 (events written before the change) is plain ``json.dumps`` with
+sorted keys; it is kept only to verify those events.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from decimal import Decimal
+
+CURRENT_SCHEME = 2
+
+
+def canonical_json(value) -> bytes:
+    """Scheme 2: sorted keys, ``,``/``:`` separators, UTF-8, numbers by value (see above)."""
+    parts: list[str] = []
+    _encode(value, parts)
+    return "".join(parts).encode("utf-8")
+
+
+def canonical_json_v1(value) -> bytes:
+    """Scheme 1, for events written before scheme 2: number spelling as Python writes it."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
+        "utf-8"
+    )
+
+
+def number_text(value: int | float) -> str:
+    """One string per numeric value: ``1e16``, ``1e+16`` and ``10000000000000000`` alike."""
+    if isinstance(value, bool):
+        raise TypeError("a boolean is not a number")
+    if isinstance(value, int):
+        return str(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{value!r} is not a JSON number")
+    if value == 0:
+        return "0"  # -0.0 too: jsonb has no negative zero
+    text = format(Decimal(repr(value)), "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text
+
+
+def _encode(value, out: list[str]) -> None:
+    if value is None:
+        out.append("null")
+    elif value is True:
+        out.append("true")
+    elif value is False:
+        out.append("false")
+    elif isinstance(value, str):
+        out.append(json.dumps(value, ensure_ascii=False))
+    elif isinstance(value, int | float):
+        out.append(number_text(value))
+    elif isinstance(value, dict):
+        out.append("{")
+        for index, key in enumerate(sorted(value)):
+            if not isinstance(key, str):
+                raise TypeError(f"object keys must be strings, not {type(key).__name__}")
+            if index:
+                out.append(",")
+            out.append(json.dumps(key, ensure_ascii=False))
+            out.append(":")
+            _encode(value[key], out)
+        out.append("}")
+    elif isinstance(value, list | tuple):
+        out.append("[")
+        for index, item in enumerate(value):
+            if index:
+                out.append(",")
+            _encode(item, out)
+        out.append("]")
+    else:
+        raise TypeError(f"{type(value).__name__} is not a JSON value")

@@ -1,0 +1,12 @@
+"""Celery task for the audit log's background work."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from . import log
+
+
+@shared_task
+def run_full_verifications() -> int:
+    return log.run_full_verifications()
