@@ -276,7 +276,12 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
 def approve(request, action_id: str, data: DecisionIn | None = None):
     data = data or DecisionIn()
     action = services.decide(
-        action_id, by=_reviewer(request), verdict="approve", edits=data.edits, note=data.note
+        action_id,
+        by=_reviewer(request),
+        verdict="approve",
+        edits=data.edits,
+        note=data.note,
+        approves_sha256=data.payload_sha256.lower() if data.payload_sha256 else None,
     )
     return action_out(action, _base(request))
 

@@ -36,6 +36,7 @@ from .errors import (
     IdempotencyConflict,
     InvalidInput,
     ResultConflict,
+    StalePayload,
 )
 from .models import Action, ActionStatus, Agent, GroupNotificationSettings, Notification, Review
 from .schemas import ActionIn, resolve_path
@@ -156,7 +157,7 @@ def _create(agent: Agent, data: ActionIn, key: str | None, request_hash: str) ->
         original_payload=data.payload,
         context=data.context,
         target_url=data.target_url or "",
-        editable=data.editable,
+        editable=data.editable_paths(),
         flags=data.flags,
         idempotency_key=key,
         request_hash=request_hash,
@@ -172,7 +173,9 @@ def _create(agent: Agent, data: ActionIn, key: str | None, request_hash: str) ->
         rule_name=verdict.rule or "",
         rule_version=loaded.version,
         rule_trace=verdict.trace,
-        edit_bounds=verdict.edit_bounds,
+        edit_bounds=rule_engine.effective_bounds(
+            data.editable_paths(), data.payload, verdict.edit_bounds, data.push_bounds()
+        ),
         escalate_at=now + timedelta(seconds=verdict.escalate_after_s)
         if verdict.escalate_after_s
         else None,
@@ -232,6 +235,7 @@ def _audit_push(action: Action, verdict, version: int) -> None:
             "payload_sha256": payload_sha256(action.payload),
             "flags": action.flags,
             "editable": action.editable,
+            "edit_bounds": action.edit_bounds,
             "expires_at": action.expires_at.isoformat(),
         },
     )
@@ -273,16 +277,26 @@ def _replay(existing: Action, request_hash: str) -> Action:
 
 
 def decide(
-    action_id: str, *, by, verdict: str, edits: dict | None = None, note: str = ""
+    action_id: str,
+    *,
+    by,
+    verdict: str,
+    edits: dict | None = None,
+    note: str = "",
+    approves_sha256: str | None = None,
 ) -> Action:
     """Record a reviewer's approval (optionally with edits) or rejection.
 
     One rejection rejects. An approval settles the action once
     ``approvals_required`` distinct reviewers have approved the same payload
     (an edit starts the count again, since earlier approvals were for other
-    figures). The action row is locked for the whole decision and every
-    transition is a conditional UPDATE, so concurrent reviewers, a retry or
-    the expiry sweep produce exactly one outcome; losers get ActionNotPending.
+    figures). An approval names the payload it approves (``approves_sha256``,
+    the hash of the payload the reviewer saw, before their own edits): a
+    mismatch, or none once another reviewer changed the payload, is
+    StalePayload (409 with the current figure). The action row is locked for
+    the whole decision and every transition is a conditional UPDATE, so
+    concurrent reviewers, a retry or the expiry sweep produce exactly one
+    outcome; losers get ActionNotPending.
     """
     if verdict not in ("approve", "reject"):
         raise InvalidInput("verdict", "must be approve or reject")
@@ -299,6 +313,8 @@ def decide(
             )
         if action.is_settled:
             raise ActionNotPending(action.pk, action.effective_status)
+        if verdict == "approve":
+            _check_seen(action, approves_sha256)
         new_payload = apply_edits(action, edits)
         digest = payload_sha256(new_payload)
         Review.objects.update_or_create(
@@ -320,6 +336,41 @@ def decide(
         if approvals >= action.approvals_required:
             return _settle(action, by, ActionStatus.APPROVED, new_payload, edits, note)
         return _add_approval(action, by, new_payload, edits, note, approvals)
+
+
+def _check_seen(action: Action, seen: str | None) -> None:
+    """Four eyes approve the same figure: the approval must name the payload as it stands."""
+    current = payload_sha256(action.payload)
+    if seen is None and current == payload_sha256(action.original_payload):
+        return
+    if seen == current:
+        return
+    changes = "; ".join(
+        f"{path} is now {after!r} (the agent asked {before!r})"
+        for path, before, after in _changed_paths(action)
+    )
+    why = (
+        "the payload changed since the action was created, so an approval must name the payload "
+        "it approves (payload_sha256)"
+        if seen is None
+        else "the payload changed since you saw it"
+    )
+    raise StalePayload(
+        f"{why}: {changes or 'it differs from what you saw'}. Review the current payload "
+        f"and approve it with payload_sha256 {current}",
+        payload=action.payload,
+        payload_sha256=current,
+    )
+
+
+def _changed_paths(action: Action) -> list[tuple[str, object, object]]:
+    out = []
+    for path in action.editable:
+        before = resolve_path({"payload": action.original_payload}, path)[1]
+        after = resolve_path({"payload": action.payload}, path)[1]
+        if before != after:
+            out.append((path, before, after))
+    return out
 
 
 def _lock(action_id: str) -> Action:
@@ -429,8 +480,8 @@ def apply_edits(action: Action, edits: dict) -> dict:
     """Return the current payload with ``edits`` applied.
 
     Only a path listed in ``editable`` may change, to a value of the same JSON
-    type, within the rule's ``edit_bounds`` (``original`` meaning the figure the
-    agent pushed). Anything else is refused with a 422 naming ``edits.<path>``.
+    type, within its bounds (``edit_bounds``: the money default, the rule's, the
+    agent's narrowing; ``original`` meaning the figure the agent pushed). Anything else is refused with a 422 naming ``edits.<path>``.
     """
     document = {"payload": copy.deepcopy(action.payload)}
     for path, value in edits.items():
@@ -443,9 +494,9 @@ def apply_edits(action: Action, edits: dict) -> dict:
         _, original = resolve_path({"payload": action.original_payload}, path)
         if not _same_json_type(original, value):
             raise InvalidInput(field, f"must be a {_json_type(original)} like the original value")
-        problem = rule_engine.bound_problem(action.edit_bounds.get(path, {}), original, value)
+        problem = rule_engine.bound_problem(edit_bounds(action, path), original, value)
         if problem:
-            raise InvalidInput(field, f"{problem} (rule {action.rule_name!r})")
+            raise InvalidInput(field, problem)
         parent_path, _, leaf = path.rpartition(".")
         _, parent = resolve_path(document, parent_path)
         if isinstance(parent, list):
@@ -453,6 +504,17 @@ def apply_edits(action: Action, edits: dict) -> dict:
         else:
             parent[leaf] = value
     return document["payload"]
+
+
+def edit_bounds(action: Action, path: str) -> dict:
+    """The bounds an edit of ``path`` must keep to (fixed at push; see rules.engine.effective_bounds).
+
+    An action pushed before bounds were fixed per path gets the money default.
+    """
+    bounds = action.edit_bounds or {}
+    if path in bounds:
+        return bounds[path] or {}
+    return rule_engine.effective_bounds([path], action.original_payload, {}, {})[path]
 
 
 def _json_type(value) -> str:

@@ -12,6 +12,7 @@ from decimal import Decimal
 
 from approvals.models import Action
 from approvals.schemas import resolve_path
+from approvals.services import edit_bounds
 
 # ISO 4217 minor units that are not 2; everything else has cents.
 MINOR_UNITS = {
@@ -226,7 +227,7 @@ class Bound:
 
 def bounds(action: Action, path: str) -> list[Bound]:
     """The rule's bounds on ``path`` (``{"min": 1, "max": "original"}``) with ``original`` resolved."""
-    spec = (action.edit_bounds or {}).get(path) or {}
+    spec = edit_bounds(action, path)
     if not isinstance(spec, dict):
         return []
     _, original = resolve_path({"payload": action.original_payload}, path)
