@@ -16,7 +16,13 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.middleware import HtmxDetails
 
 from approvals import services
-from approvals.errors import ActionNotFound, ActionNotPending, Forbidden, InvalidInput
+from approvals.errors import (
+    ActionNotFound,
+    ActionNotPending,
+    Forbidden,
+    InvalidInput,
+    StalePayload,
+)
 from audit.models import AuditEvent
 
 from . import presenters, queries
@@ -97,6 +103,7 @@ def _action_context(request: HttpRequest, action, **forms) -> dict:
         "leaves": presenters.leaves(action),
         "mismatches": presenters.amount_mismatches(action),
         "reviews": action.reviews.select_related("reviewer"),
+        "payload_sha256": services.payload_sha256(action.payload),
         "history": AuditEvent.objects.for_action(action.pk),
         "approve_form": forms.get("approve") or (ApproveForm(action) if pending else None),
         "reject_form": forms.get("reject") or (RejectForm(action) if pending else None),
@@ -134,11 +141,14 @@ def decide(request: HtmxHttpRequest, action_id: str) -> HttpResponse:
                 verdict=verdict,
                 edits=form.edits(),
                 note=form.note_text(),
+                approves_sha256=form.seen_sha256(),
             )
         except InvalidInput as error:
             add_service_error(form, error)
         except ActionNotPending:
             return _after_decision(request, action_id, too_late=True)
+        except StalePayload as error:
+            return _stale(request, action_id, error)
         except Forbidden as error:
             return HttpResponse(error.message, status=403)
         else:
@@ -146,6 +156,15 @@ def decide(request: HtmxHttpRequest, action_id: str) -> HttpResponse:
     context = _action_context(request, action, **{verdict: form})
     template = "inbox/_action.html" if request.htmx else "inbox/action.html"
     return render(request, template, context, status=422)
+
+
+def _stale(request: HtmxHttpRequest, action_id: str, error: StalePayload) -> HttpResponse:
+    """Another reviewer changed the figure since this page was loaded: show the new one, approve nothing."""
+    action = _reviewable(request, action_id)
+    context = _action_context(request, action)
+    context["stale"] = error.message
+    template = "inbox/_action.html" if request.htmx else "inbox/action.html"
+    return render(request, template, context, status=409)
 
 
 def _after_decision(request: HtmxHttpRequest, action_id: str, *, too_late: bool) -> HttpResponse:
