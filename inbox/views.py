@@ -102,6 +102,7 @@ def _action_context(request: HttpRequest, action, **forms) -> dict:
         "outcome": presenters.outcome(action),
         "leaves": presenters.leaves(action),
         "mismatches": presenters.amount_mismatches(action),
+        "money_warnings": presenters.money_warnings(action),
         "reviews": action.reviews.select_related("reviewer"),
         "payload_sha256": services.payload_sha256(action.payload),
         "history": AuditEvent.objects.for_action(action.pk),
