@@ -24,6 +24,7 @@ class ApiKeyInline(admin.TabularInline):
 class AgentAdmin(admin.ModelAdmin):
     list_display = ("name", "is_active", "created_at")
     search_fields = ("name",)
+    filter_horizontal = ("owners",)
     inlines = [ApiKeyInline]
     actions = ["issue_key"]
 

@@ -314,6 +314,12 @@ def decide(
         if action.is_settled:
             raise ActionNotPending(action.pk, action.effective_status)
         if verdict == "approve":
+            if action.agent.is_owned_by(by):
+                raise Forbidden(
+                    f"you own the agent {action.agent.name!r} that asked for this action: "
+                    "an owner cannot approve its own agent's actions (another reviewer must); "
+                    "you may reject it"
+                )
             _check_seen(action, approves_sha256)
         new_payload = apply_edits(action, edits)
         digest = payload_sha256(new_payload)

@@ -97,7 +97,9 @@ def _reviewable(request: HttpRequest, action_id: str):
 def _action_context(request: HttpRequest, action, **forms) -> dict:
     before, after = queries.neighbours(request.user, action)
     pending = not action.is_settled
+    owner = action.agent.is_owned_by(request.user)
     return {
+        "owner": owner,
         "action": action,
         "outcome": presenters.outcome(action),
         "leaves": presenters.leaves(action),
@@ -106,7 +108,8 @@ def _action_context(request: HttpRequest, action, **forms) -> dict:
         "reviews": action.reviews.select_related("reviewer"),
         "payload_sha256": services.payload_sha256(action.payload),
         "history": AuditEvent.objects.for_action(action.pk),
-        "approve_form": forms.get("approve") or (ApproveForm(action) if pending else None),
+        "approve_form": forms.get("approve")
+        or (ApproveForm(action) if pending and not owner else None),
         "reject_form": forms.get("reject") or (RejectForm(action) if pending else None),
         "bounds": {path: presenters.bounds(action, path) for path in action.editable},
         "previous": before,

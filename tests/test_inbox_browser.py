@@ -224,7 +224,7 @@ def test_a_second_reviewer_cannot_approve_a_figure_changed_under_them(
     page = rita.open_action(action_id)
     page.get_by_label("payload.amount_cents").fill("5000")
     page.get_by_role("button", name="Approve").click()
-    expect(page.locator("#reviews")).to_contain_text("rita")
+    expect(page.locator("#reviews")).to_contain_text("you approved")
     expect(page.locator("#action")).to_have_attribute("data-status", "pending")
 
     sam_page.get_by_role("button", name="Approve").click()
