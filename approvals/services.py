@@ -381,10 +381,12 @@ def _changed_paths(action: Action) -> list[tuple[str, object, object]]:
 
 def _lock(action_id: str) -> Action:
     try:
+        # Not joined with the review group: when the row was changed while we
+        # waited for it (an escalation), PostgreSQL re-checks the locked row but
+        # keeps the joined group row it read first, so the group would come back
+        # empty. Read lazily, the group is the one the locked row names.
         return (
-            Action.objects.select_for_update(of=("self",))
-            .select_related("agent", "review_group")
-            .get(pk=action_id)
+            Action.objects.select_for_update(of=("self",)).select_related("agent").get(pk=action_id)
         )
     except Action.DoesNotExist:
         raise ActionNotFound(action_id) from None
