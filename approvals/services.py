@@ -141,7 +141,7 @@ def _create(agent: Agent, data: ActionIn, key: str | None, request_hash: str) ->
         "flags": data.flags,
         "context": data.context,
     }
-    verdict = _within_budget(rule_engine.evaluate(loaded.rules, view), view, now)
+    verdict = _known_group(_within_budget(rule_engine.evaluate(loaded.rules, view), view, now))
     expiries = [s for s in (data.expires_in_s, verdict.expires_in_s) if s]
     status, decided_at = {
         "auto_approve": (ActionStatus.APPROVED, now),
@@ -215,9 +215,24 @@ def _within_budget(verdict, view: dict, now):
 
 
 def _group(name: str | None) -> Group:
-    if not name:
-        return default_group()
-    return Group.objects.get_or_create(name=name)[0]
+    """The group named, or the default group when there is none by that name (never created here)."""
+    return (Group.objects.filter(name=name).first() if name else None) or default_group()
+
+
+def _known_group(verdict):
+    """A rule's group that does not exist routes to the default group, with a trace line saying so."""
+    name = verdict.group
+    if not name or name == settings.IMPRI_DEFAULT_GROUP or Group.objects.filter(name=name).exists():
+        return verdict
+    why = (
+        f"group {name!r} does not exist: routed to the default group "
+        f"{settings.IMPRI_DEFAULT_GROUP!r} instead"
+    )
+    return dataclasses.replace(
+        verdict,
+        group=None,
+        trace=[*verdict.trace, {"rule": verdict.rule, "matched": True, "why": why}],
+    )
 
 
 def _audit_push(action: Action, verdict, version: int) -> None:
@@ -674,6 +689,7 @@ def escalate_due(now=None) -> int:
     for action in due.select_related("review_group").order_by("escalate_at")[:500]:
         with _atomic():
             target = _group(action.escalate_to)
+            missing = target.name != action.escalate_to
             updated = Action.objects.filter(
                 pk=action.pk, status=ActionStatus.PENDING, escalate_at=action.escalate_at
             ).update(review_group=target, escalate_at=None, last_reminded_at=None)
@@ -688,6 +704,11 @@ def escalate_due(now=None) -> int:
                     "from": _group_name(action),
                     "to": target.name,
                     "rule": action.rule_name or None,
+                    **(
+                        {"why": f"group {action.escalate_to!r} does not exist: the default group"}
+                        if missing
+                        else {}
+                    ),
                 },
             )
             outbox.enqueue_notifications(action, target, Notification.Kind.ESCALATED)

@@ -32,7 +32,7 @@ def html(response) -> str:
 
 
 def use_rules(text: str) -> None:
-    rules.replace_rules(rules.parse_yaml(text), by="test")
+    rules.replace_rules(rules.parse_yaml(text), by="test", create_groups=True)
 
 
 REVIEW_WITH_BOUNDS = """
