@@ -108,8 +108,10 @@ def _action_context(request: HttpRequest, action, **forms) -> dict:
         "reviews": action.reviews.select_related("reviewer"),
         "payload_sha256": services.payload_sha256(action.payload),
         "history": AuditEvent.objects.for_action(action.pk),
-        "approve_form": forms.get("approve")
-        or (ApproveForm(action) if pending and not owner else None),
+        # An owner never approves their agent's actions: no form to try with.
+        "approve_form": None
+        if owner
+        else forms.get("approve") or (ApproveForm(action) if pending else None),
         "reject_form": forms.get("reject") or (RejectForm(action) if pending else None),
         "bounds": {path: presenters.bounds(action, path) for path in action.editable},
         "previous": before,
