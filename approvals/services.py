@@ -370,12 +370,15 @@ def _check_seen(action: Action, seen: str | None) -> None:
         f"{path} is now {after!r} (the agent asked {before!r})"
         for path, before, after in _changed_paths(action)
     )
-    why = (
-        "the payload changed since the action was created, so an approval must name the payload "
-        "it approves (payload_sha256)"
-        if seen is None
-        else "the payload changed since you saw it"
-    )
+    if seen is None:
+        why = (
+            "the payload changed since the action was created, so an approval must name the "
+            "payload it approves (payload_sha256)"
+        )
+    elif changes:
+        why = "the payload changed since you saw it"
+    else:
+        why = "payload_sha256 does not name this action's payload"
     raise StalePayload(
         f"{why}: {changes or 'it differs from what you saw'}. Review the current payload "
         f"and approve it with payload_sha256 {current}",

@@ -79,6 +79,7 @@ def test_an_unchanged_payload_needs_no_hash_but_a_wrong_one_is_refused(action, f
     assert approve(a, action.pk).json()["status"] == "pending"
     wrong = approve(b, action.pk, {"payload_sha256": "0" * 64})
     assert wrong.status_code == 409
+    assert "payload_sha256 does not name this action's payload" in wrong.json()["detail"]
     assert wrong.json()["payload"]["amount_cents"] == 8400
     assert approve(b, action.pk).json()["status"] == "approved"
 
