@@ -363,6 +363,29 @@ def test_hostile_agent_text_runs_nothing(rita, server, agent_key):
     assert rita.dialogs == []
 
 
+def test_spoofed_amounts_are_said_out_loud(rita, server, agent_key):
+    decoy = "amount\u200b_cents"
+    action_id = push(
+        server,
+        agent_key,
+        title="Refund $84.00 on order 10432",
+        payload={"amount_cents": "840000", decoy: 8400, "currency": "usd\u202e"},
+        editable=[f"payload.{decoy}"],
+    )
+    rita.log_in()
+    page = rita.open_action(action_id)
+    warning = page.locator("#money-warning")
+    expect(warning).to_be_visible()
+    expect(warning).to_contain_text('payload.amount_cents is the text "840000"')
+    expect(warning).to_contain_text("usdU+202E")
+    expect(page.locator("#amount-warning")).to_contain_text("8,400.00")  # not the title's $84
+    expect(page.locator(".will-happen .money")).to_have_text("8,400.00")
+    label = page.locator("#decision .edit-field label")
+    expect(label).to_contain_text("payload.amountU+200B_cents")
+    expect(label).to_contain_text("hidden characters in this path")
+    assert rita.dialogs == []
+
+
 def test_decided_actions_are_in_the_history(rita, server, agent_key):
     action_id = push(server, agent_key, title="For the history")
     page = rita.log_in()
