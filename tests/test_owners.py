@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
+from django.utils import timezone
 
 from approvals.models import ActionStatus
 from audit.models import AuditEvent
@@ -79,3 +80,39 @@ def test_admin_edits_owners(agent, rita, db):
     page = client.get(f"/admin/approvals/agent/{agent.agent.pk}/change/").content.decode()
     assert 'name="owners"' in page
     assert f'<option value="{rita.user.pk}">rita</option>' in page
+
+
+def test_admin_sets_owners_and_the_change_is_audited(agent, rita, sam, db):
+    admin = User.objects.create_superuser("root", password="root-password")
+    client = Client()
+    client.force_login(admin)
+    bot = agent.agent
+    created = timezone.localtime(bot.created_at)
+    response = client.post(
+        f"/admin/approvals/agent/{bot.pk}/change/",
+        {
+            "name": bot.name,
+            "description": "",
+            "is_active": "on",
+            "created_at_0": created.strftime("%Y-%m-%d"),
+            "created_at_1": created.strftime("%H:%M:%S"),
+            "webhook_secret": bot.webhook_secret,
+            "owners": [rita.user.pk, sam.user.pk],
+            "keys-TOTAL_FORMS": "1",
+            "keys-INITIAL_FORMS": "1",
+            "keys-MIN_NUM_FORMS": "0",
+            "keys-MAX_NUM_FORMS": "1000",
+            "keys-0-id": bot.keys.get().pk,
+            "keys-0-agent": bot.pk,
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:3000]
+    assert set(bot.owners.values_list("username", flat=True)) == {"rita", "sam"}
+    event = AuditEvent.objects.get(event="agent.owners_changed")
+    assert (event.actor_id, event.data["agent"], event.data["added"]) == (
+        "root",
+        "support-bot",
+        ["rita", "sam"],
+    )
+    action = make_action(bot)
+    assert rita.client().post(f"/actions/{action.pk}/approve").status_code == 403
