@@ -2,6 +2,9 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 
+from audit import log as audit
+from audit.models import ActorType
+
 from . import (
     admin_outbox,  # noqa: F401  (registers the outbox models)
     keys,
@@ -24,8 +27,28 @@ class ApiKeyInline(admin.TabularInline):
 class AgentAdmin(admin.ModelAdmin):
     list_display = ("name", "is_active", "created_at")
     search_fields = ("name",)
+    filter_horizontal = ("owners",)
     inlines = [ApiKeyInline]
     actions = ["issue_key"]
+
+    def save_related(self, request, form, formsets, change):
+        """Owners decide who may never approve an agent's actions: every change is audited."""
+        agent = form.instance
+        before = set(agent.owners.values_list("username", flat=True)) if change else set()
+        super().save_related(request, form, formsets, change)
+        after = set(agent.owners.values_list("username", flat=True))
+        if before != after:
+            audit.record(
+                "agent.owners_changed",
+                actor_type=ActorType.REVIEWER,
+                actor_id=request.user.get_username(),
+                data={
+                    "agent": agent.name,
+                    "added": sorted(after - before),
+                    "removed": sorted(before - after),
+                    "owners": sorted(after),
+                },
+            )
 
     @admin.action(description="Issue a new key (shown once)")
     def issue_key(self, request, queryset):

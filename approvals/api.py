@@ -314,6 +314,7 @@ def approve(
         edits=data.edits,
         note=data.note,
         idempotency_key=_key(idempotency_key),
+        approves_sha256=data.payload_sha256.lower() if data.payload_sha256 else None,
     )
     return action_out(action, _base(request))
 

@@ -64,6 +64,20 @@ class ActionNotPending(Conflict):
         self.status = status
 
 
+class StalePayload(Conflict):
+    """An approval that does not name the payload as it now stands: it comes back with the figure."""
+
+    code = "stale_payload"
+
+    def __init__(self, message: str, *, payload: dict, payload_sha256: str):
+        super().__init__(message, field="payload_sha256")
+        self.payload = payload
+        self.payload_sha256 = payload_sha256
+
+    def as_dict(self) -> dict:
+        return {**super().as_dict(), "payload": self.payload, "payload_sha256": self.payload_sha256}
+
+
 class IdempotencyConflict(Conflict):
     code = "idempotency_conflict"
 

@@ -33,7 +33,7 @@ from . import dbexec, keys, services
 from .errors import Forbidden, ImpriError, InvalidInput, NotAuthenticated
 from .models import Action
 from .presenters import action_out, decision_out
-from .schemas import ActionIn, ActionOut, DecisionOut, PreviewIn, ResultIn
+from .schemas import ActionIn, ActionOut, DecisionOut, EditableIn, PreviewIn, ResultIn
 
 logger = logging.getLogger(__name__)
 
@@ -244,10 +244,12 @@ async def impri_push_action(
         Field(description="http(s) link to the object acted on, e.g. the order in the shop admin."),
     ] = None,
     editable: Annotated[
-        list[str] | None,
+        list[str | EditableIn] | None,
         Field(
             description="Dotted paths under payload. a reviewer may change before approving, "
-            "e.g. [payload.amount_cents]."
+            "e.g. [payload.amount_cents]. An entry may be {path, min, max} to narrow what a "
+            "reviewer may approve (a money field ending in _cents already defaults to "
+            "0 < value <= what you asked; you can narrow, never widen)."
         ),
     ] = None,
     flags: Annotated[
@@ -293,7 +295,12 @@ async def impri_push_action(
         "preview": preview.model_dump(),
         "payload": payload,
         "target_url": target_url,
-        "editable": editable,
+        "editable": [
+            entry.model_dump(exclude_none=True) if isinstance(entry, EditableIn) else entry
+            for entry in editable
+        ]
+        if editable is not None
+        else None,
         "flags": flags,
         "context": context,
         "idempotency_key": idempotency_key,

@@ -48,9 +48,19 @@ class Agent(models.Model):
         default=new_webhook_secret,
         help_text="Signs webhooks to this agent (Standard Webhooks).",
     )
+    owners = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        blank=True,
+        related_name="owned_agents",
+        help_text="The people who run this agent. An owner never approves its actions "
+        "(requester and approver must differ); they may still read and reject them.",
+    )
 
     def __str__(self) -> str:
         return self.name
+
+    def is_owned_by(self, user) -> bool:
+        return self.owners.filter(pk=user.pk).exists()
 
 
 class ApiKeyQuerySet(models.QuerySet):

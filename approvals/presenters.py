@@ -44,6 +44,8 @@ def payload_diff(original: dict, approved: dict) -> str:
 
 
 def action_out(action: Action, base_url: str) -> dict:
+    from .services import edit_bounds, payload_sha256  # services → outbox → here: not at import
+
     return {
         "action_id": action.pk,
         "agent": action.agent.name,
@@ -54,7 +56,9 @@ def action_out(action: Action, base_url: str) -> dict:
         "original_payload": action.original_payload,
         "context": action.context,
         "target_url": action.target_url or None,
+        "payload_sha256": payload_sha256(action.payload),
         "editable": action.editable,
+        "edit_bounds": {path: edit_bounds(action, path) for path in action.editable},
         "flags": action.flags,
         "idempotency_key": action.idempotency_key,
         "status": action.effective_status,

@@ -82,6 +82,32 @@ def resolve_path(document: dict, dotted: str) -> tuple[bool, Any]:
     return True, node
 
 
+class EditableIn(StrictModel):
+    """An editable path with the agent's own bounds: they can only narrow what the rules allow."""
+
+    path: str = Field(description="Dotted path under `payload.`, e.g. `payload.amount_cents`.")
+    min: Any = Field(default=None, description="Lowest value a reviewer may approve (a number).")
+    max: Any = Field(
+        default=None,
+        description='Highest value a reviewer may approve (a number, or "original").',
+    )
+
+    @model_validator(mode="after")
+    def _limits(self) -> EditableIn:
+        for key in ("min", "max"):
+            limit = getattr(self, key)
+            if limit is None or limit == "original":
+                continue
+            if isinstance(limit, bool) or not isinstance(limit, int | float) or limit != limit:
+                raise ValueError(f"editable: {self.path!r} {key} must be a number or original")
+            if isinstance(limit, float) and limit in (float("inf"), float("-inf")):
+                raise ValueError(f"editable: {self.path!r} {key} must be a finite number")
+        return self
+
+    def bounds(self) -> dict:
+        return {key: getattr(self, key) for key in ("min", "max") if getattr(self, key) is not None}
+
+
 class PreviewIn(StrictModel):
     format: PreviewFormatLiteral = Field(description="How the reviewer's inbox renders `body`.")
     body: str = Field(
@@ -101,10 +127,11 @@ class ActionIn(StrictModel):
     target_url: str | None = Field(
         default=None, max_length=2000, description="http(s) link to the object acted on."
     )
-    editable: list[str] = Field(
+    editable: list[str | EditableIn] = Field(
         default_factory=list,
         max_length=50,
-        description="Dotted paths under `payload.` a reviewer may change.",
+        description="Dotted paths under `payload.` a reviewer may change: a path, or "
+        "`{path, min, max}` to narrow the bounds a reviewer may approve within (never widen them).",
     )
     flags: list[str] = Field(
         default_factory=list, max_length=20, description="e.g. `policy_exception`."
@@ -169,10 +196,25 @@ class ActionIn(StrictModel):
             )
         return value
 
+    def editable_paths(self) -> list[str]:
+        return [entry if isinstance(entry, str) else entry.path for entry in self.editable]
+
+    def push_bounds(self) -> dict[str, dict]:
+        """The agent's own ``{min, max}`` per editable path (only paths that set one)."""
+        return {
+            entry.path: entry.bounds()
+            for entry in self.editable
+            if isinstance(entry, EditableIn) and entry.bounds()
+        }
+
     @model_validator(mode="after")
     def _editable_paths_exist(self) -> ActionIn:
         document = {"payload": self.payload}
-        for path in self.editable:
+        paths = self.editable_paths()
+        if len(set(paths)) != len(paths):
+            raise ValueError("editable: each path may be listed once")
+        bounded = self.push_bounds()
+        for path in paths:
             if not path.startswith("payload.") or path == "payload.":
                 raise ValueError(
                     f"editable: {path!r} must be a path under payload., e.g. payload.amount_cents"
@@ -182,6 +224,8 @@ class ActionIn(StrictModel):
                 raise ValueError(f"editable: {path!r} does not exist in payload")
             if isinstance(value, dict | list) or value is None:
                 raise ValueError(f"editable: {path!r} must point at a number, string or boolean")
+            if path in bounded:
+                _check_push_bounds(path, value, bounded[path])
         for name in ("title", "preview", "payload", "context", "target_url", "idempotency_key"):
             bad = find_nul(getattr(self, name) if name != "preview" else self.preview.body, name)
             if bad:
@@ -194,12 +238,25 @@ class ActionIn(StrictModel):
 
 
 NON_FINITE = "a number must be finite (no NaN, Infinity, or a float beyond ±1.8e308)"
+def _check_push_bounds(path: str, original: Any, bounds: dict) -> None:
+    if isinstance(original, bool) or not isinstance(original, int | float):
+        raise ValueError(f"editable: {path!r} has min/max but is not a number in payload")
+    low, high = (original if bounds.get(k) == "original" else bounds.get(k) for k in ("min", "max"))
+    if low is not None and high is not None and low > high:
+        raise ValueError(f"editable: {path!r} min must not be above max")
 
 
 class DecisionIn(StrictModel):
     edits: dict[str, Any] = Field(
         default_factory=dict,
         description='Editable paths to change, e.g. {"payload.amount_cents": 5000}.',
+    )
+    payload_sha256: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-fA-F]{64}$",
+        description="SHA-256 of the payload you reviewed (before your edits), as `payload_sha256` "
+        "of GET /actions/{id}. Required once another reviewer changed the payload; a mismatch "
+        "answers 409 with the current payload.",
     )
     note: str = Field(default="", max_length=5000)
 
@@ -279,9 +336,18 @@ class ActionOut(BaseModel):
     preview: PreviewOut
     payload: dict[str, Any]
     original_payload: dict[str, Any]
+    payload_sha256: Annotated[
+        str, Field(description="SHA-256 of `payload`: what an approval names (`payload_sha256`).")
+    ]
     context: dict[str, Any]
     target_url: str | None
     editable: list[str]
+    edit_bounds: Annotated[
+        dict[str, dict[str, Any]],
+        Field(
+            description='Per editable path, the {min, max} an edit must keep to ("original": the figure pushed).'
+        ),
+    ]
     flags: list[str]
     idempotency_key: str | None
     status: str

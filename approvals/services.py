@@ -37,6 +37,7 @@ from .errors import (
     IdempotencyConflict,
     InvalidInput,
     ResultConflict,
+    StalePayload,
 )
 from .models import (
     Action,
@@ -150,7 +151,7 @@ def _create(agent: Agent, data: ActionIn, key: str | None, request_hash: str) ->
         "flags": data.flags,
         "context": data.context,
     }
-    verdict = _within_budget(rule_engine.evaluate(loaded.rules, view), view, now)
+    verdict = _known_group(_within_budget(rule_engine.evaluate(loaded.rules, view), view, now))
     expiries = [s for s in (data.expires_in_s, verdict.expires_in_s) if s]
     status, decided_at = {
         "auto_approve": (ActionStatus.APPROVED, now),
@@ -166,7 +167,7 @@ def _create(agent: Agent, data: ActionIn, key: str | None, request_hash: str) ->
         original_payload=data.payload,
         context=data.context,
         target_url=data.target_url or "",
-        editable=data.editable,
+        editable=data.editable_paths(),
         flags=data.flags,
         idempotency_key=key,
         request_hash=request_hash,
@@ -182,7 +183,9 @@ def _create(agent: Agent, data: ActionIn, key: str | None, request_hash: str) ->
         rule_name=verdict.rule or "",
         rule_version=loaded.version,
         rule_trace=verdict.trace,
-        edit_bounds=verdict.edit_bounds,
+        edit_bounds=rule_engine.effective_bounds(
+            data.editable_paths(), data.payload, verdict.edit_bounds, data.push_bounds()
+        ),
         escalate_at=now + timedelta(seconds=verdict.escalate_after_s)
         if verdict.escalate_after_s
         else None,
@@ -222,9 +225,24 @@ def _within_budget(verdict, view: dict, now):
 
 
 def _group(name: str | None) -> Group:
-    if not name:
-        return default_group()
-    return Group.objects.get_or_create(name=name)[0]
+    """The group named, or the default group when there is none by that name (never created here)."""
+    return (Group.objects.filter(name=name).first() if name else None) or default_group()
+
+
+def _known_group(verdict):
+    """A rule's group that does not exist routes to the default group, with a trace line saying so."""
+    name = verdict.group
+    if not name or name == settings.IMPRI_DEFAULT_GROUP or Group.objects.filter(name=name).exists():
+        return verdict
+    why = (
+        f"group {name!r} does not exist: routed to the default group "
+        f"{settings.IMPRI_DEFAULT_GROUP!r} instead"
+    )
+    return dataclasses.replace(
+        verdict,
+        group=None,
+        trace=[*verdict.trace, {"rule": verdict.rule, "matched": True, "why": why}],
+    )
 
 
 def _audit_push(action: Action, verdict, version: int) -> None:
@@ -243,6 +261,7 @@ def _audit_push(action: Action, verdict, version: int) -> None:
             "payload_sha256": payload_sha256(action.payload),
             "flags": action.flags,
             "editable": action.editable,
+            "edit_bounds": action.edit_bounds,
             "expires_at": action.expires_at.isoformat(),
         },
     )
@@ -292,15 +311,20 @@ def decide(
     note: str = "",
     reason: str = "",
     idempotency_key: str | None = None,
+    approves_sha256: str | None = None,
 ) -> Action:
     """Record a reviewer's approval (optionally with edits) or rejection.
 
     One rejection rejects. An approval settles the action once
     ``approvals_required`` distinct reviewers have approved the same payload
     (an edit starts the count again, since earlier approvals were for other
-    figures). The action row is locked for the whole decision and every
-    transition is a conditional UPDATE, so concurrent reviewers, a retry or
-    the expiry sweep produce exactly one outcome; losers get ActionNotPending.
+    figures). An approval names the payload it approves (``approves_sha256``,
+    the hash of the payload the reviewer saw, before their own edits): a
+    mismatch, or none once another reviewer changed the payload, is
+    StalePayload (409 with the current figure). The action row is locked for
+    the whole decision and every transition is a conditional UPDATE, so
+    concurrent reviewers, a retry or the expiry sweep produce exactly one
+    outcome; losers get ActionNotPending.
     A retry of the same reviewer's decision with the same ``idempotency_key``
     (same verdict and edits) returns the action as it is now instead.
     """
@@ -325,6 +349,14 @@ def decide(
             return action
         if action.is_settled:
             raise ActionNotPending(action.pk, action.effective_status)
+        if verdict == "approve":
+            if action.agent.is_owned_by(by):
+                raise Forbidden(
+                    f"you own the agent {action.agent.name!r} that asked for this action: "
+                    "an owner cannot approve its own agent's actions (another reviewer must); "
+                    "you may reject it"
+                )
+            _check_seen(action, approves_sha256)
         new_payload = apply_edits(action, edits)
         digest = payload_sha256(new_payload)
         Review.objects.update_or_create(
@@ -363,12 +395,52 @@ def _is_retry(action: Action, by, verdict: str, edits: dict, key: str) -> bool:
     return True
 
 
+def _check_seen(action: Action, seen: str | None) -> None:
+    """Four eyes approve the same figure: the approval must name the payload as it stands."""
+    current = payload_sha256(action.payload)
+    if seen is None and current == payload_sha256(action.original_payload):
+        return
+    if seen == current:
+        return
+    changes = "; ".join(
+        f"{path} is now {after!r} (the agent asked {before!r})"
+        for path, before, after in _changed_paths(action)
+    )
+    if seen is None:
+        why = (
+            "the payload changed since the action was created, so an approval must name the "
+            "payload it approves (payload_sha256)"
+        )
+    elif changes:
+        why = "the payload changed since you saw it"
+    else:
+        why = "payload_sha256 does not name this action's payload"
+    raise StalePayload(
+        f"{why}: {changes or 'it differs from what you saw'}. Review the current payload "
+        f"and approve it with payload_sha256 {current}",
+        payload=action.payload,
+        payload_sha256=current,
+    )
+
+
+def _changed_paths(action: Action) -> list[tuple[str, object, object]]:
+    out = []
+    for path in action.editable:
+        before = resolve_path({"payload": action.original_payload}, path)[1]
+        after = resolve_path({"payload": action.payload}, path)[1]
+        if before != after:
+            out.append((path, before, after))
+    return out
+
+
 def _lock(action_id: str) -> Action:
     try:
+        # Not joined with the review group: when the row was changed while we
+        # waited for it (an escalation), PostgreSQL re-checks the locked row but
+        # keeps the joined group row it read first, so the group would come back
+        # empty. Read lazily, the group is the one the locked row names.
         return (
-            Action.objects.select_for_update(of=("self",))
-            .select_related("agent", "review_group")
-            .get(pk=action_id)
+            Action.objects.select_for_update(of=("self",)).select_related("agent").get(pk=action_id)
         )
     except Action.DoesNotExist:
         raise ActionNotFound(action_id) from None
@@ -478,8 +550,8 @@ def apply_edits(action: Action, edits: dict) -> dict:
     """Return the current payload with ``edits`` applied.
 
     Only a path listed in ``editable`` may change, to a value of the same JSON
-    type, within the rule's ``edit_bounds`` (``original`` meaning the figure the
-    agent pushed). Anything else is refused with a 422 naming ``edits.<path>``.
+    type, within its bounds (``edit_bounds``: the money default, the rule's, the
+    agent's narrowing; ``original`` meaning the figure the agent pushed). Anything else is refused with a 422 naming ``edits.<path>``.
     """
     document = {"payload": copy.deepcopy(action.payload)}
     for path, value in edits.items():
@@ -494,9 +566,9 @@ def apply_edits(action: Action, edits: dict) -> dict:
             raise InvalidInput(field, "must be a finite number")
         if not _same_json_type(original, value):
             raise InvalidInput(field, f"must be a {_json_type(original)} like the original value")
-        problem = rule_engine.bound_problem(action.edit_bounds.get(path, {}), original, value)
+        problem = rule_engine.bound_problem(edit_bounds(action, path), original, value)
         if problem:
-            raise InvalidInput(field, f"{problem} (rule {action.rule_name!r})")
+            raise InvalidInput(field, problem)
         parent_path, _, leaf = path.rpartition(".")
         _, parent = resolve_path(document, parent_path)
         if isinstance(parent, list):
@@ -504,6 +576,17 @@ def apply_edits(action: Action, edits: dict) -> dict:
         else:
             parent[leaf] = value
     return document["payload"]
+
+
+def edit_bounds(action: Action, path: str) -> dict:
+    """The bounds an edit of ``path`` must keep to (fixed at push; see rules.engine.effective_bounds).
+
+    An action pushed before bounds were fixed per path gets the money default.
+    """
+    bounds = action.edit_bounds or {}
+    if path in bounds:
+        return bounds[path] or {}
+    return rule_engine.effective_bounds([path], action.original_payload, {}, {})[path]
 
 
 def _json_type(value) -> str:
@@ -668,6 +751,7 @@ def escalate_due(now=None) -> int:
     for action in due.select_related("review_group").order_by("escalate_at")[:500]:
         with _atomic():
             target = _group(action.escalate_to)
+            missing = target.name != action.escalate_to
             updated = Action.objects.filter(
                 pk=action.pk, status=ActionStatus.PENDING, escalate_at=action.escalate_at
             ).update(review_group=target, escalate_at=None, last_reminded_at=None)
@@ -682,6 +766,11 @@ def escalate_due(now=None) -> int:
                     "from": _group_name(action),
                     "to": target.name,
                     "rule": action.rule_name or None,
+                    **(
+                        {"why": f"group {action.escalate_to!r} does not exist: the default group"}
+                        if missing
+                        else {}
+                    ),
                 },
             )
             outbox.enqueue_notifications(action, target, Notification.Kind.ESCALATED)

@@ -12,6 +12,7 @@ from decimal import Decimal
 from django import forms
 from django.contrib.auth.models import Group
 
+from approvals import services
 from approvals.errors import InvalidInput
 from approvals.models import Action, ActionStatus, RejectReason
 from approvals.schemas import resolve_path
@@ -96,6 +97,11 @@ def _edit_field(original) -> forms.Field:
 
 class ApproveForm(forms.Form):
     verdict = forms.CharField(widget=forms.HiddenInput, initial="approve")
+    # The payload this page showed: the approval names it, so a figure changed
+    # by another reviewer since is refused instead of approved unseen.
+    payload_sha256 = forms.RegexField(
+        regex=r"^[0-9a-f]{64}$", widget=forms.HiddenInput, required=False
+    )
     note = forms.CharField(
         required=False, max_length=5000, widget=forms.Textarea(attrs={"rows": 2}), label="Note"
     )
@@ -104,6 +110,7 @@ class ApproveForm(forms.Form):
         kwargs.setdefault("prefix", "approve")
         super().__init__(*args, **kwargs)
         self.action = action
+        self.fields["payload_sha256"].initial = services.payload_sha256(action.payload)
         self.current = {}
         for path in action.editable:
             _, original = resolve_path({"payload": action.original_payload}, path)
@@ -131,6 +138,8 @@ class ApproveForm(forms.Form):
 
     def reason_code(self) -> str:
         return ""
+    def seen_sha256(self) -> str | None:
+        return self.cleaned_data.get("payload_sha256") or None
 
 
 class RejectForm(forms.Form):
@@ -150,6 +159,9 @@ class RejectForm(forms.Form):
 
     def edits(self) -> dict:
         return {}
+
+    def seen_sha256(self) -> None:
+        return None
 
     def note_text(self) -> str:
         return self.cleaned_data["note"]

@@ -6,27 +6,206 @@ results to templates, which escape every string through ``inbox.render``.
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from dataclasses import dataclass
 from decimal import Decimal
 
 from approvals.models import Action
 from approvals.schemas import resolve_path
+from approvals.services import edit_bounds
 
 # ISO 4217 minor units that are not 2; everything else has cents.
 MINOR_UNITS = {
     **dict.fromkeys(["BIF", "CLP", "DJF", "GNF", "ISK", "JPY", "KMF", "KRW", "PYG"], 0),
     **dict.fromkeys(["RWF", "UGX", "UYI", "VND", "VUV", "XAF", "XOF", "XPF"], 0),
     **dict.fromkeys(["BHD", "IQD", "JOD", "KWD", "LYD", "OMR", "TND"], 3),
+    **dict.fromkeys(["CLF", "UYW"], 4),
 }
+# ISO 4217 currency codes in use (list one, 2025), less the precious metals, the
+# bond-market units and the testing and "no currency" codes: what money can be in.
+ISO_4217 = frozenset(
+    [
+        "AED",
+        "AFN",
+        "ALL",
+        "AMD",
+        "ANG",
+        "AOA",
+        "ARS",
+        "AUD",
+        "AWG",
+        "AZN",
+        "BAM",
+        "BBD",
+        "BDT",
+        "BGN",
+        "BHD",
+        "BIF",
+        "BMD",
+        "BND",
+        "BOB",
+        "BOV",
+        "BRL",
+        "BSD",
+        "BTN",
+        "BWP",
+        "BYN",
+        "BZD",
+        "CAD",
+        "CDF",
+        "CHE",
+        "CHF",
+        "CHW",
+        "CLF",
+        "CLP",
+        "CNY",
+        "COP",
+        "COU",
+        "CRC",
+        "CUP",
+        "CVE",
+        "CZK",
+        "DJF",
+        "DKK",
+        "DOP",
+        "DZD",
+        "EGP",
+        "ERN",
+        "ETB",
+        "EUR",
+        "FJD",
+        "FKP",
+        "GBP",
+        "GEL",
+        "GHS",
+        "GIP",
+        "GMD",
+        "GNF",
+        "GTQ",
+        "GYD",
+        "HKD",
+        "HNL",
+        "HTG",
+        "HUF",
+        "IDR",
+        "ILS",
+        "INR",
+        "IQD",
+        "IRR",
+        "ISK",
+        "JMD",
+        "JOD",
+        "JPY",
+        "KES",
+        "KGS",
+        "KHR",
+        "KMF",
+        "KPW",
+        "KRW",
+        "KWD",
+        "KYD",
+        "KZT",
+        "LAK",
+        "LBP",
+        "LKR",
+        "LRD",
+        "LSL",
+        "LYD",
+        "MAD",
+        "MDL",
+        "MGA",
+        "MKD",
+        "MMK",
+        "MNT",
+        "MOP",
+        "MRU",
+        "MUR",
+        "MVR",
+        "MWK",
+        "MXN",
+        "MXV",
+        "MYR",
+        "MZN",
+        "NAD",
+        "NGN",
+        "NIO",
+        "NOK",
+        "NPR",
+        "NZD",
+        "OMR",
+        "PAB",
+        "PEN",
+        "PGK",
+        "PHP",
+        "PKR",
+        "PLN",
+        "PYG",
+        "QAR",
+        "RON",
+        "RSD",
+        "RUB",
+        "RWF",
+        "SAR",
+        "SBD",
+        "SCR",
+        "SDG",
+        "SEK",
+        "SGD",
+        "SHP",
+        "SLE",
+        "SOS",
+        "SRD",
+        "SSP",
+        "STN",
+        "SVC",
+        "SYP",
+        "SZL",
+        "THB",
+        "TJS",
+        "TMT",
+        "TND",
+        "TOP",
+        "TRY",
+        "TTD",
+        "TWD",
+        "TZS",
+        "UAH",
+        "UGX",
+        "USD",
+        "USN",
+        "UYI",
+        "UYU",
+        "UYW",
+        "UZS",
+        "VED",
+        "VES",
+        "VND",
+        "VUV",
+        "WST",
+        "XAF",
+        "XCD",
+        "XCG",
+        "XOF",
+        "XPF",
+        "YER",
+        "ZAR",
+        "ZMW",
+        "ZWG",
+    ]
+)
 SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£", "JPY": "¥", "INR": "₹", "KRW": "₩"}
 SYMBOL_CURRENCIES = {"$": "USD", "€": "EUR", "£": "GBP", "¥": "JPY", "₹": "INR", "₩": "KRW"}
 WORD_CURRENCIES = {"dollar": "USD", "dollars": "USD", "euro": "EUR", "euros": "EUR"}
+_WHOLE = re.compile(r"-?[0-9]+")
 
 
 @dataclass(frozen=True)
 class Money:
-    minor: int
+    """An amount in minor units and its ISO 4217 currency ("" when the payload has none valid)."""
+
+    minor: int | Decimal
     currency: str
 
     @property
@@ -38,26 +217,88 @@ class Money:
         return Decimal(self.minor).scaleb(-self.exponent)
 
     def __str__(self) -> str:
-        number = f"{self.major:,.{self.exponent}f}"
+        major = self.major
+        # A fraction of a minor unit is shown in full, never rounded into a plausible figure.
+        places = max(self.exponent, -major.as_tuple().exponent) if major == major else 0
+        number = f"{major:,.{places}f}"
         symbol = SYMBOLS.get(self.currency, "")
         return f"{symbol}{number} {self.currency}".strip()
 
 
+def iso_currency(value) -> str:
+    """``value`` as an ISO 4217 code ("usd" → "USD"), or "" when it is not one."""
+    if isinstance(value, str) and len(value) == 3 and value.isascii() and value.isalpha():
+        code = value.upper()
+        return code if code in ISO_4217 else ""
+    return ""
+
+
+def minor_units(value) -> int | Decimal | None:
+    """An amount in minor units as the payload holds it, read as a number if it is one.
+
+    An integer is the convention. Text of digits ("840000") and a float (8400.0,
+    8400.5) are read too, so that the money line and the mismatch check still
+    work on them; ``money_warnings`` says they break the convention.
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return int(value) if value.is_integer() else Decimal(repr(value))
+    if isinstance(value, str) and _WHOLE.fullmatch(value.strip()):
+        return int(value.strip())
+    return None
+
+
 def payload_money(payload: dict) -> Money | None:
     """The payload's amount, when it follows the ``amount_cents`` + ``currency`` convention."""
-    amount = payload.get("amount_cents") if isinstance(payload, dict) else None
-    if not isinstance(amount, int) or isinstance(amount, bool):
+    if not isinstance(payload, dict):
         return None
-    currency = payload.get("currency")
-    return Money(amount, currency.upper() if isinstance(currency, str) else "")
+    minor = minor_units(payload.get("amount_cents"))
+    if minor is None:
+        return None
+    return Money(minor, iso_currency(payload.get("currency")))
 
 
 def money_for_path(action: Action, path: str, value) -> Money | None:
     """A value at a ``…_cents`` path read as money in the payload's currency."""
     if not path.endswith("_cents") or not isinstance(value, int) or isinstance(value, bool):
         return None
-    base = payload_money(action.payload)
-    return Money(value, base.currency if base else "")
+    return Money(value, iso_currency((action.payload or {}).get("currency")))
+
+
+def money_warnings(action: Action) -> list[str]:
+    """Where the payload breaks the money convention, so no amount slips past unread.
+
+    A ``…_cents`` value that is not an integer (text, a float, a boolean), and
+    a currency that is not an ISO 4217 code: both once disabled the money line
+    and the mismatch check without a word.
+    """
+    payload = action.payload if isinstance(action.payload, dict) else {}
+    out = []
+    for path, value in _walk(payload, "payload"):
+        if path.endswith("_cents") and (isinstance(value, bool) or not isinstance(value, int)):
+            out.append(
+                f"{path} is {_shown(value)}, not a whole number of minor units: the agent "
+                "may execute it differently from what you read"
+            )
+    cents = any(path.endswith("_cents") for path, _ in _walk(payload, "payload"))
+    currency = payload.get("currency")
+    if currency is not None and not iso_currency(currency):
+        out.append(
+            f"payload.currency is {_shown(currency)}, not an ISO 4217 currency code: "
+            "the amount is shown without a currency"
+        )
+    elif currency is None and cents:
+        out.append("the payload names no currency (payload.currency): the amount's unit is unknown")
+    return out
+
+
+def _shown(value) -> str:
+    kind = {str: "the text", float: "the number", bool: "the boolean"}.get(type(value), "")
+    text = json.dumps(value, ensure_ascii=False)
+    return f"{kind} {text}".strip()
 
 
 # --- What will happen -------------------------------------------------------------------------
@@ -226,7 +467,7 @@ class Bound:
 
 def bounds(action: Action, path: str) -> list[Bound]:
     """The rule's bounds on ``path`` (``{"min": 1, "max": "original"}``) with ``original`` resolved."""
-    spec = (action.edit_bounds or {}).get(path) or {}
+    spec = edit_bounds(action, path)
     if not isinstance(spec, dict):
         return []
     _, original = resolve_path({"payload": action.original_payload}, path)

@@ -16,7 +16,13 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.middleware import HtmxDetails
 
 from approvals import services
-from approvals.errors import ActionNotFound, ActionNotPending, Forbidden, InvalidInput
+from approvals.errors import (
+    ActionNotFound,
+    ActionNotPending,
+    Forbidden,
+    InvalidInput,
+    StalePayload,
+)
 from audit.models import AuditEvent
 
 from . import presenters, queries
@@ -91,14 +97,21 @@ def _reviewable(request: HttpRequest, action_id: str):
 def _action_context(request: HttpRequest, action, **forms) -> dict:
     before, after = queries.neighbours(request.user, action)
     pending = not action.is_settled
+    owner = action.agent.is_owned_by(request.user)
     return {
+        "owner": owner,
         "action": action,
         "outcome": presenters.outcome(action),
         "leaves": presenters.leaves(action),
         "mismatches": presenters.amount_mismatches(action),
+        "money_warnings": presenters.money_warnings(action),
         "reviews": action.reviews.select_related("reviewer"),
+        "payload_sha256": services.payload_sha256(action.payload),
         "history": AuditEvent.objects.for_action(action.pk),
-        "approve_form": forms.get("approve") or (ApproveForm(action) if pending else None),
+        # An owner never approves their agent's actions: no form to try with.
+        "approve_form": None
+        if owner
+        else forms.get("approve") or (ApproveForm(action) if pending else None),
         "reject_form": forms.get("reject") or (RejectForm(action) if pending else None),
         "bounds": {path: presenters.bounds(action, path) for path in action.editable},
         "previous": before,
@@ -135,11 +148,14 @@ def decide(request: HtmxHttpRequest, action_id: str) -> HttpResponse:
                 edits=form.edits(),
                 note=form.note_text(),
                 reason=form.reason_code(),
+                approves_sha256=form.seen_sha256(),
             )
         except InvalidInput as error:
             add_service_error(form, error)
         except ActionNotPending:
             return _after_decision(request, action_id, too_late=True)
+        except StalePayload as error:
+            return _stale(request, action_id, error)
         except Forbidden as error:
             return HttpResponse(error.message, status=403)
         else:
@@ -147,6 +163,15 @@ def decide(request: HtmxHttpRequest, action_id: str) -> HttpResponse:
     context = _action_context(request, action, **{verdict: form})
     template = "inbox/_action.html" if request.htmx else "inbox/action.html"
     return render(request, template, context, status=422)
+
+
+def _stale(request: HtmxHttpRequest, action_id: str, error: StalePayload) -> HttpResponse:
+    """Another reviewer changed the figure since this page was loaded: show the new one, approve nothing."""
+    action = _reviewable(request, action_id)
+    context = _action_context(request, action)
+    context["stale"] = error.message
+    template = "inbox/_action.html" if request.htmx else "inbox/action.html"
+    return render(request, template, context, status=409)
 
 
 def _after_decision(request: HtmxHttpRequest, action_id: str, *, too_late: bool) -> HttpResponse:

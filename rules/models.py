@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.db import models
 
@@ -51,9 +52,19 @@ class Rule(models.Model):
                 }
             )
         try:
-            self.parsed()
+            rule = self.parsed()
         except engine.RuleError as exc:
             raise ValidationError({"definition": str(exc)}) from exc
+        named = [name for name in (rule.group, rule.escalate_to) if name]
+        known = set(Group.objects.filter(name__in=named).values_list("name", flat=True))
+        unknown = [name for name in named if name not in known]
+        if unknown:
+            raise ValidationError(
+                {
+                    "definition": f"no reviewer group is named {unknown[0]!r}: create the group "
+                    "first (Authentication and Authorization → Groups), or fix the name"
+                }
+            )
 
 
 class RuleSet(models.Model):

@@ -11,6 +11,7 @@ from datetime import datetime
 from decimal import Decimal, InvalidOperation
 
 import yaml
+from django.contrib.auth.models import Group
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -74,16 +75,57 @@ def export_yaml() -> str:
 # --- Changes --------------------------------------------------------------------------
 
 
-def replace_rules(rules: list[engine.Rule], *, by: str) -> int:
-    """Replace the whole rule set atomically; returns the new version."""
+def group_names(rules: list[engine.Rule]) -> dict[str, str]:
+    """Every reviewer group the rules name (``group``, ``escalate_to``) → the first rule naming it."""
+    named: dict[str, str] = {}
+    for rule in rules:
+        for name in (rule.group, rule.escalate_to):
+            if name:
+                named.setdefault(name, rule.name)
+    return named
+
+
+def check_groups(rules: list[engine.Rule], *, create: bool = False) -> list[str]:
+    """Refuse rules that route to a group that does not exist (a typo strands actions).
+
+    With ``create`` the missing groups are made on purpose instead; returns
+    their names.
+    """
+    named = group_names(rules)
+    existing = set(Group.objects.filter(name__in=named).values_list("name", flat=True))
+    missing = [name for name in named if name not in existing]
+    if missing and not create:
+        name = missing[0]
+        rule = next(r for r in rules if name in (r.group, r.escalate_to))
+        raise engine.RuleError(
+            named[name],
+            "group" if rule.group == name else "escalate_to",
+            f"no reviewer group is named {name!r} (create it first, or import with "
+            "--create-groups)",
+        )
+    for name in missing:
+        Group.objects.get_or_create(name=name)
+    return missing
+
+
+def replace_rules(rules: list[engine.Rule], *, by: str, create_groups: bool = False) -> int:
+    """Replace the whole rule set atomically; returns the new version.
+
+    A rule naming a reviewer group that does not exist is a RuleError, unless
+    ``create_groups`` creates it.
+    """
     with transaction.atomic():
+        created = check_groups(rules, create=create_groups)
         Rule.objects.all().delete()
         for position, rule in enumerate(rules):
             spec = {k: v for k, v in rule.source.items() if k not in ("name", "enabled")}
             Rule.objects.create(
                 position=position * 10, name=rule.name, enabled=rule.enabled, definition=spec
             )
-        return bump_version(by=by, change="replaced", detail={"rules": [r.name for r in rules]})
+        detail = {"rules": [r.name for r in rules]}
+        if created:
+            detail["created_groups"] = created
+        return bump_version(by=by, change="replaced", detail=detail)
 
 
 def bump_version(*, by: str, change: str, detail: dict | None = None) -> int:

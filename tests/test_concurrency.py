@@ -108,3 +108,81 @@ def test_a_decision_racing_the_expiry_sweep_has_one_outcome(agent, rita):
         else:
             assert action.status == ActionStatus.EXPIRED
             assert (decided, expired) == ("refused", 1)
+
+
+def test_a_reviewer_racing_an_escalation_is_judged_by_the_group_that_wins(agent, rita):
+    """decide() checks the reviewer on the locked row, not on a read taken before the lock.
+
+    The escalation holds the row's lock and moves the action to "managers"; rita
+    (in the old group) decides meanwhile. She must wait for the lock and then be
+    refused: a check on an earlier, unlocked read would have let the old group
+    approve an action that now belongs to another.
+    """
+    import threading
+    import time
+
+    from django.contrib.auth.models import Group
+    from django.db import connection, transaction
+
+    from approvals.errors import Forbidden
+
+    action = make_action(agent.agent)
+    managers = Group.objects.create(name="managers")
+    locked, deciding, outcome = threading.Event(), threading.Event(), {}
+
+    def escalate():
+        try:
+            with transaction.atomic():
+                Action.objects.select_for_update().get(pk=action.pk)
+                Action.objects.filter(pk=action.pk).update(review_group=managers)
+                locked.set()
+                assert deciding.wait(10)
+                _until_blocked_on_a_lock()
+        finally:
+            connection.close()
+
+    def decide():
+        def signal(execute, sql, params, many, context):
+            deciding.set()
+            return execute(sql, params, many, context)
+
+        try:
+            assert locked.wait(10)
+            with connection.execute_wrapper(signal):
+                services.decide(action.pk, by=rita.user, verdict="approve")
+            outcome["result"] = "approved"
+        except Forbidden as error:
+            outcome["result"] = error.message
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=escalate), threading.Thread(target=decide)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert time.monotonic() - started < 60
+    assert "managers" in outcome["result"], outcome
+    action.refresh_from_db()
+    assert (action.status, action.review_group) == (ActionStatus.PENDING, managers)
+    assert not AuditEvent.objects.filter(action_id=action.pk, event="action.approved").exists()
+
+
+def _until_blocked_on_a_lock(timeout: float = 10) -> None:
+    """Hold on until the other session waits for our lock (PostgreSQL shows it; SQLite can't)."""
+    import time
+
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        time.sleep(0.3)  # SQLite's writer waits inside its busy handler, invisible to us
+        return
+    deadline = time.monotonic() + timeout
+    with connection.cursor() as cursor:
+        while time.monotonic() < deadline:
+            cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+            if cursor.fetchone()[0]:
+                return
+            time.sleep(0.02)
+    raise AssertionError("the decision never waited for the escalation's lock")

@@ -177,7 +177,8 @@ def test_an_edited_approval_reaches_the_agent_and_leaves_every_queue(rita, sam, 
     amount = page.get_by_label("payload.amount_cents")
     expect(amount).to_have_value("8400")
     amount.fill("5000")
-    expect(page.locator("output.money-preview")).to_have_text("= $50.00")
+    expect(page.locator("output.money-preview")).to_have_text("= $50.00 USD")
+    expect(page.locator("#decision button.approve")).to_have_text("Approve $50.00 USD")
     page.get_by_role("button", name="Approve").click()
     expect(page.locator("#action")).to_have_attribute("data-status", "approved")
     expect(page.locator("#live-banner")).to_contain_text("Approved by you")
@@ -197,6 +198,52 @@ def test_an_edited_approval_reaches_the_agent_and_leaves_every_queue(rita, sam, 
     expect(sam_action.get_by_role("button", name="Approve")).to_be_disabled()
     expect(sam_action.get_by_role("button", name="Reject")).to_be_disabled()
     assert sam.dialogs == [] and rita.dialogs == []
+
+
+DUAL_RULES = """
+rules:
+  - name: dual control
+    kind: payment.dual
+    then: review
+    approvals_required: 2
+"""
+
+
+def test_a_second_reviewer_cannot_approve_a_figure_changed_under_them(
+    rita, sam, server, agent_key, deployment, tmp_path
+):
+    rules_file = tmp_path / "dual.yaml"
+    rules_file.write_text(DUAL_RULES)
+    deployment.impri("rules", "import", str(rules_file))
+    action_id = push(server, agent_key, kind="payment.dual", title="Refund $84.00 on order 20009")
+    sam.log_in()
+    sam_page = sam.open_action(action_id)  # sam reads $84.00 and goes for coffee
+    expect(sam_page.locator("#decision button.approve")).to_have_text("Approve $84.00 USD")
+
+    rita.log_in()
+    page = rita.open_action(action_id)
+    page.get_by_label("payload.amount_cents").fill("5000")
+    page.get_by_role("button", name="Approve").click()
+    expect(page.locator("#reviews")).to_contain_text("you approved")
+    expect(page.locator("#action")).to_have_attribute("data-status", "pending")
+
+    sam_page.get_by_role("button", name="Approve").click()
+    stale = sam_page.locator("#stale-payload")
+    expect(stale).to_contain_text("Nothing was approved")
+    expect(stale).to_contain_text("payload.amount_cents is now 5000")
+    expect(stale).to_contain_text("$50.00 USD")
+    expect(sam_page.locator("#action")).to_have_attribute("data-status", "pending")
+    status = server.client(agent_key).get(f"/actions/{action_id}").json()["status"]
+    assert status == "pending"
+
+    # Now sam has seen $50.00: the refreshed form names that payload and approves it.
+    expect(sam_page.locator("#decision button.approve")).to_have_text("Approve $50.00 USD")
+    sam_page.get_by_role("button", name="Approve").click()
+    expect(sam_page.locator("#action")).to_have_attribute("data-status", "approved")
+    answer = server.client(agent_key).get(f"/actions/{action_id}").json()
+    assert (answer["status"], answer["payload"]["amount_cents"]) == ("approved", 5000)
+    rules_file.write_text("rules: []\n")
+    deployment.impri("rules", "import", str(rules_file))
 
 
 def test_a_late_decision_is_refused_on_the_page(rita, sam, server, agent_key):
@@ -313,6 +360,29 @@ def test_hostile_agent_text_runs_nothing(rita, server, agent_key):
         )
         assert seen.locator("iframe, svg, img, object, embed").count() == 0
     expect(action_page.locator(".hidden-char")).to_have_text(["U+202E"])
+    assert rita.dialogs == []
+
+
+def test_spoofed_amounts_are_said_out_loud(rita, server, agent_key):
+    decoy = "amount\u200b_cents"
+    action_id = push(
+        server,
+        agent_key,
+        title="Refund $84.00 on order 10432",
+        payload={"amount_cents": "840000", decoy: 8400, "currency": "usd\u202e"},
+        editable=[f"payload.{decoy}"],
+    )
+    rita.log_in()
+    page = rita.open_action(action_id)
+    warning = page.locator("#money-warning")
+    expect(warning).to_be_visible()
+    expect(warning).to_contain_text('payload.amount_cents is the text "840000"')
+    expect(warning).to_contain_text("usdU+202E")
+    expect(page.locator("#amount-warning")).to_contain_text("8,400.00")  # not the title's $84
+    expect(page.locator(".will-happen .money")).to_have_text("8,400.00")
+    label = page.locator("#decision .edit-field label")
+    expect(label).to_contain_text("payload.amountU+200B_cents")
+    expect(label).to_contain_text("hidden characters in this path")
     assert rita.dialogs == []
 
 

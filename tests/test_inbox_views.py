@@ -32,7 +32,7 @@ def html(response) -> str:
 
 
 def use_rules(text: str) -> None:
-    rules.replace_rules(rules.parse_yaml(text), by="test")
+    rules.replace_rules(rules.parse_yaml(text), by="test", create_groups=True)
 
 
 REVIEW_WITH_BOUNDS = """
@@ -367,7 +367,11 @@ def test_action_page_shows_what_will_happen_beside_what_the_agent_says(action, r
         '<label for="id_approve-payload.amount_cents"><code>payload.amount_cents</code></label>'
         in body
     )
-    assert re.search(r"<button[^>]*>Approve</button>", body)
+    assert re.search(
+        r'<button[^>]*>Approve <span class="approve-amount" '
+        r'data-money-for="id_approve-payload.amount_cents" data-money-bare>\$84.00 USD</span></button>',
+        body,
+    )
     assert re.search(r"<button[^>]*>Reject</button>", body)
 
 

@@ -560,3 +560,17 @@ async def test_report_takes_the_grant(approved, agent):
     )
     assert not result.is_error, result.content
     assert result.structured_content["result"]["detail"] == "ok"
+async def test_an_editable_entry_may_narrow_the_bounds(agent):
+    body = {**REFUND, "editable": [{"path": "payload.amount_cents", "min": 4000, "max": 8000}]}
+    result = await call(agent.key, "impri_push_action", body)
+    assert not result.is_error, result
+    action = await Action.objects.aget(pk=result.structured_content["action_id"])
+    assert action.editable == ["payload.amount_cents"]
+    assert action.edit_bounds == {"payload.amount_cents": {"min": 4000, "max": 8000}}
+
+
+async def test_an_editable_bound_above_its_max_is_refused_naming_editable(agent):
+    body = {**REFUND, "editable": [{"path": "payload.amount_cents", "min": 9000, "max": 10}]}
+    text, _ = error_of(await call(agent.key, "impri_push_action", body))
+    assert "editable" in text and "min must not be above max" in text
+    assert not await Action.objects.aexists()

@@ -358,3 +358,46 @@ def test_not_inverts_a_match(condition, payload):
     matched, _ = engine.check(condition, action)
     inverted, _ = engine.check(engine.Group("not", (condition,)), action)
     assert inverted is (not matched)
+
+
+# --- Effective edit bounds -------------------------------------------------------------------
+
+AMOUNT = "payload.amount_cents"
+
+
+@pytest.mark.parametrize(
+    ("payload", "rule", "push", "expected"),
+    [
+        ({"amount_cents": 8400}, {}, {}, {"min": 1, "max": "original"}),
+        ({"amount_cents": 0}, {}, {}, {}),
+        ({"amount_cents": -5}, {}, {}, {}),
+        ({"amount_cents": True}, {}, {}, {}),
+        ({"amount_cents": 84.0}, {}, {}, {}),
+        ({"amount_cents": 8400}, {"max": 20000}, {}, {"min": 1, "max": 20000}),
+        ({"amount_cents": 8400}, {"min": None}, {}, {"max": "original"}),
+        ({"amount_cents": 8400}, {}, {"max": 9000}, {"min": 1, "max": "original"}),
+        ({"amount_cents": 8400}, {}, {"max": 8000, "min": 0}, {"min": 1, "max": 8000}),
+        ({"amount_cents": 8400}, {"min": None}, {"min": -3}, {"min": -3, "max": "original"}),
+    ],
+)
+def test_effective_bounds(payload, rule, push, expected):
+    bounds = engine.effective_bounds([AMOUNT], payload, {AMOUNT: rule}, {AMOUNT: push})
+    assert bounds == {AMOUNT: expected}
+
+
+_limit = st.one_of(st.none(), st.integers(-(10**6), 10**6), st.just("original"))
+
+
+@given(
+    original=st.integers(1, 10**6),
+    rule=st.fixed_dictionaries({}, optional={"min": _limit, "max": _limit}),
+    push=st.fixed_dictionaries({}, optional={"min": _limit, "max": _limit}),
+    value=st.integers(-(2**70), 2**70),
+)
+@settings(max_examples=300, deadline=None)
+def test_an_agent_never_widens_what_the_rules_allow(original, rule, push, value):
+    payload = {"amount_cents": original}
+    without = engine.effective_bounds([AMOUNT], payload, {AMOUNT: rule}, {})[AMOUNT]
+    narrowed = engine.effective_bounds([AMOUNT], payload, {AMOUNT: rule}, {AMOUNT: push})[AMOUNT]
+    if engine.bound_problem(without, original, value):
+        assert engine.bound_problem(narrowed, original, value)

@@ -9,7 +9,7 @@ from io import StringIO
 import pytest
 import time_machine
 import yaml
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, User
 from django.core.management import CommandError, call_command
 from django.test import Client
 from django.utils import timezone
@@ -35,7 +35,7 @@ def seed_file(tmp_path):
 
 def test_import_then_export_round_trips(db, seed_file, tmp_path):
     assert "Imported 3 rule(s); the rule set is now version 1" in run(
-        "rules", "import", str(seed_file)
+        "rules", "import", str(seed_file), "--create-groups"
     )
     exported = run("rules", "export")
     assert yaml.safe_load(exported) == yaml.safe_load(SEED_RULES)
@@ -47,8 +47,8 @@ def test_import_then_export_round_trips(db, seed_file, tmp_path):
 
 
 def test_every_change_bumps_the_version_and_is_audited(db, seed_file):
-    run("rules", "import", str(seed_file))
-    run("rules", "import", str(seed_file))
+    run("rules", "import", str(seed_file), "--create-groups")
+    run("rules", "import", str(seed_file), "--create-groups")
     events = AuditEvent.objects.filter(event="rules.changed").order_by("seq")
     assert [e.data["version"] for e in events] == [1, 2]
     assert events[0].data["rules"] == [
@@ -73,7 +73,7 @@ def test_every_change_bumps_the_version_and_is_audited(db, seed_file):
 def test_a_bad_file_is_refused_and_leaves_the_current_set_untouched(
     db, seed_file, tmp_path, text, message
 ):
-    run("rules", "import", str(seed_file))
+    run("rules", "import", str(seed_file), "--create-groups")
     before = run("rules", "export")
     bad = tmp_path / "bad.yaml"
     bad.write_text(text)
@@ -158,6 +158,7 @@ class TestAdmin:
         assert not Rule.objects.exists()
 
     def test_saving_a_rule_bumps_the_version_and_audits_who(self, ops):
+        Group.objects.create(name="support-leads")
         response = ops.post(
             "/admin/rules/rule/add/",
             {

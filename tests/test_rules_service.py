@@ -186,7 +186,11 @@ class TestTwoApprovals:
         )
         assert body["status"] == "pending"  # fin1 approved $900, not $500
         assert body["payload"]["amount_cents"] == 50000
-        body = first.client().post(f"/actions/{action_id}/approve").json()
+        body = (
+            first.client()
+            .post(f"/actions/{action_id}/approve", {"payload_sha256": body["payload_sha256"]})
+            .json()
+        )
         assert (body["status"], body["payload"]["amount_cents"], body["edited_by_human"]) == (
             "approved",
             50000,

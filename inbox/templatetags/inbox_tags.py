@@ -76,3 +76,9 @@ def payload_money(action) -> presenters.Money | None:
 def title_mismatch(action) -> bool:
     """The queue row's warning: the title names an amount the payload does not."""
     return bool(presenters.amount_mismatches(action, preview=False))
+
+
+@register.filter
+def money_warning(action) -> bool:
+    """The queue row's warning: an amount or currency that breaks the money convention."""
+    return bool(presenters.money_warnings(action))

@@ -264,25 +264,30 @@
     if (link) window.location.assign(link.href);
   }
 
-  // Amounts in minor units get a live "= $50.00 USD" beside the input.
+  // Amounts in minor units get a live "= $50.00 USD" beside the input, restated on the
+  // Approve button ("Approve $50.00 USD") when the input is the payload's amount.
   function showMoney(input) {
     const output = document.querySelector('output[data-money-for="' + CSS.escape(input.id) + '"]');
     if (!output || !/_cents$/.test(input.name) || !output.dataset.currency) return;
+    const button = document.querySelector('.approve-amount[data-money-for="' + CSS.escape(input.id) + '"]');
     const minor = Number(input.value);
-    if (input.value === "" || !Number.isInteger(minor)) {
+    if (input.value === "" || !/^-?[0-9]+$/.test(input.value.trim()) || !Number.isSafeInteger(minor)) {
       output.textContent = "";
+      if (button) button.textContent = "(enter a whole number of minor units)";
       return;
     }
     const exponent = Number(output.dataset.exponent || 2);
+    const currency = output.dataset.currency;
     let text;
     try {
-      text = new Intl.NumberFormat("en-US", { style: "currency", currency: output.dataset.currency }).format(
+      text = new Intl.NumberFormat("en-US", { style: "currency", currency: currency }).format(
         minor / Math.pow(10, exponent)
       );
     } catch (e) {
-      text = (minor / Math.pow(10, exponent)).toFixed(exponent) + " " + output.dataset.currency;
+      text = (minor / Math.pow(10, exponent)).toFixed(exponent);
     }
-    output.textContent = "= " + text;
+    output.textContent = "= " + text + " " + currency;
+    if (button) button.textContent = text + " " + currency;
   }
 
   // --- Keyboard ---------------------------------------------------------------------------

@@ -16,6 +16,12 @@ class Command(BaseCommand):
         sub = parser.add_subparsers(dest="subcommand", required=True)
         imp = sub.add_parser("import", help="Replace the rule set with FILE (atomically).")
         imp.add_argument("file")
+        imp.add_argument(
+            "--create-groups",
+            action="store_true",
+            help="Create the reviewer groups the rules name that do not exist yet "
+            "(without it, an unknown group is an error).",
+        )
         sub.add_parser("export", help="Print the rule set as YAML.")
         show = sub.add_parser(
             "show", help="Print the rule set as it stood at a version (default: the current one)."
@@ -47,7 +53,12 @@ class Command(BaseCommand):
             return
         rules = self._load(options["file"])
         if subcommand == "import":
-            version = services.replace_rules(rules, by="cli")
+            try:
+                version = services.replace_rules(
+                    rules, by="cli", create_groups=options["create_groups"]
+                )
+            except engine.RuleError as exc:
+                raise CommandError(f"{options['file']}: {exc}") from None
             self.stdout.write(
                 f"Imported {len(rules)} rule(s); the rule set is now version {version}."
             )
