@@ -211,10 +211,10 @@ class TestAdmin:
 
 class TestVersionsAreKept:
     def test_every_version_is_recoverable_with_its_diff(self, db, seed_file, tmp_path):
-        run("rules", "import", str(seed_file))
+        run("rules", "import", str(seed_file), "--create-groups")
         second = tmp_path / "second.yaml"
         second.write_text(SEED_RULES.replace("lte: 5000", "lte: 9000"))
-        run("rules", "import", str(second))
+        run("rules", "import", str(second), "--create-groups")
         assert RuleSet.objects.get().version == 2
         v1 = yaml.safe_load(run("rules", "show", "--version", "1"))
         assert v1 == yaml.safe_load(SEED_RULES)
@@ -231,7 +231,7 @@ class TestVersionsAreKept:
     def test_a_kept_version_is_tied_to_the_chain_by_its_hash(self, db, seed_file):
         import hashlib
 
-        run("rules", "import", str(seed_file))
+        run("rules", "import", str(seed_file), "--create-groups")
         event = AuditEvent.objects.get(event="rules.changed")
         text = run("rules", "show", "--version", "1")
         assert event.data["rules_sha256"] == hashlib.sha256(text.encode()).hexdigest()

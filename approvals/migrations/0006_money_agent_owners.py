@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("approvals", "0004_action_status_newest"),
+        ("approvals", "0005_reject_reason_and_review_key"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
