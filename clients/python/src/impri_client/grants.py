@@ -83,12 +83,22 @@ def verify_grant(
     ``jwks`` is ``{"keys": [...]}`` as Impri publishes it (or a list of JWKs).
     Raises :class:`InvalidGrant`.
     """
+    _require_cryptography()
     header, claims, signing_input, signature = _split(grant)
     if header.get("alg") != "EdDSA":
         raise InvalidGrant("unsupported_alg", f"alg must be EdDSA, got {header.get('alg')!r}")
     key = _find_key(jwks, header.get("kid"))
     _check_signature(key, signature, signing_input)
     return _check_claims(claims, header, payload, action_id, now, leeway_s)
+
+
+def _require_cryptography() -> None:
+    try:
+        import cryptography.hazmat.primitives.asymmetric.ed25519  # noqa: F401
+    except ImportError:
+        raise ImportError(
+            "verify_grant needs the cryptography package: pip install 'impri-client[grants]'"
+        ) from None
 
 
 def _b64decode(part: str) -> bytes:
@@ -132,13 +142,9 @@ def _find_key(jwks: dict | list, kid: str | None) -> dict:
 
 
 def _check_signature(key: dict, signature: bytes, signing_input: bytes) -> None:
-    try:
-        from cryptography.exceptions import InvalidSignature
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-    except ImportError:
-        raise ImportError(
-            "verify_grant needs the cryptography package: pip install 'impri-client[grants]'"
-        ) from None
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     try:
         public_key = Ed25519PublicKey.from_public_bytes(_b64decode(key.get("x", "")))
     except ValueError:
