@@ -71,7 +71,11 @@ def test_floats_take_ecmascripts_shortest_form(number, text):
 def test_integers_are_exact_at_any_size_and_equal_integral_floats():
     assert canonical_json(2**63) == b"9223372036854775808"
     assert canonical_json(-(2**64) - 1) == b"-18446744073709551617"
+    assert canonical_json(10**21 - 1) == b"999999999999999999999"
     assert canonical_json(True) == b"true"
+    # ... and from 10^21 on like the nearest double: jsonb returns 1.5e300 as its digits.
+    assert canonical_json(15 * 10**299) == canonical_json(1.5e300) == b"1.5e+300"
+    assert canonical_json(-(10**21)) == b"-1e+21"
     # jsonb hands back 1e16 as an integer: the hash must not change.
     assert payload_sha256({"a": 1e16, "b": 2.0}) == payload_sha256({"a": 10**16, "b": 2})
 

@@ -16,6 +16,10 @@ from typing import Any
 
 __all__ = ["canonical_json", "payload_sha256"]
 
+# Below this, an integral double prints all its digits in ECMAScript form, so an
+# integer printed exactly and the equal double encode alike.
+EXACT_INT_LIMIT = 10**21
+
 
 def canonical_json(value: Any) -> bytes:
     """RFC 8785 (JSON Canonicalization Scheme) bytes of ``value``, UTF-8.
@@ -32,8 +36,11 @@ def canonical_json(value: Any) -> bytes:
       ``10000000000000000``, ``1e-7`` → ``1e-7``, ``-0.0`` → ``0``. So an
       integral float and the equal integer encode alike, and PostgreSQL's
       ``jsonb`` number normalisation cannot change a hash.
-    * Integers exactly, at any size (RFC 8785 would round those beyond 2^53
-      to a double; a payload never should carry a rounded amount).
+    * Integers below 10^21 in magnitude exactly (RFC 8785 would round those
+      beyond 2^53 to a double; an amount must never be rounded). From 10^21 on,
+      an integer takes the form of the nearest double, as in RFC 8785: jsonb
+      hands a float such as ``1.5e300`` back as a 301-digit integer, and both
+      must hash alike.
     """
     return _encode(value).encode("utf-8")
 
@@ -51,7 +58,7 @@ def _encode(value: Any) -> str:
     if value is False:
         return "false"
     if isinstance(value, int):
-        return str(int(value))
+        return str(int(value)) if abs(value) < EXACT_INT_LIMIT else _number(float(value))
     if isinstance(value, float):
         return _number(value)
     if isinstance(value, str):
