@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from tests.live import Deployment, Server
 
@@ -82,3 +86,22 @@ class Reviewer:
         response = self.http.get("/audit", params={"action_id": action_id})
         assert response.status_code == 200, response.text
         return response.json()["items"]
+
+
+def b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+class Signer:
+    """An Ed25519 key as Impri holds one, and its JWKS."""
+
+    def __init__(self, kid: str):
+        self.kid = kid
+        self.key = Ed25519PrivateKey.generate()
+        raw = self.key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        self.jwk = {"kty": "OKP", "crv": "Ed25519", "x": b64url(raw), "kid": kid, "alg": "EdDSA", "use": "sig"}  # fmt: skip
+
+    def grant(self, claims: dict, **header) -> str:
+        head = {"alg": "EdDSA", "kid": self.kid, "typ": "JWT", **header}
+        signing_input = f"{b64url(json.dumps(head).encode())}.{b64url(json.dumps(claims).encode())}"
+        return signing_input + "." + b64url(self.key.sign(signing_input.encode()))

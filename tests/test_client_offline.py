@@ -19,8 +19,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from impri_client import (
     InvalidGrant,
     WebhookVerificationError,
@@ -32,6 +30,7 @@ from impri_client import (
 from impri_client.types import Decision, parse_time
 
 from approvals import services, webhooks
+from tests.client_helpers import Signer, b64url
 from tests.factories import make_action
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,25 +131,6 @@ def test_timestamps_parse_from_unix_seconds_and_iso_strings_as_aware_utc():
 
 
 # --- Grants ---------------------------------------------------------------------------
-
-
-def b64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-class Signer:
-    """An Ed25519 key as Impri holds one, and its JWKS."""
-
-    def __init__(self, kid: str):
-        self.kid = kid
-        self.key = Ed25519PrivateKey.generate()
-        raw = self.key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-        self.jwk = {"kty": "OKP", "crv": "Ed25519", "x": b64url(raw), "kid": kid, "alg": "EdDSA", "use": "sig"}  # fmt: skip
-
-    def grant(self, claims: dict, **header) -> str:
-        head = {"alg": "EdDSA", "kid": self.kid, "typ": "JWT", **header}
-        signing_input = f"{b64url(json.dumps(head).encode())}.{b64url(json.dumps(claims).encode())}"
-        return signing_input + "." + b64url(self.key.sign(signing_input.encode()))
 
 
 PAYLOAD = {"order_id": "10432", "amount_cents": 5000, "currency": "USD"}
