@@ -9,8 +9,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from tests.live import Deployment, Server
 
@@ -96,6 +94,9 @@ class Signer:
     """An Ed25519 key as Impri holds one, and its JWKS."""
 
     def __init__(self, kid: str):
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+        from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
         self.kid = kid
         self.key = Ed25519PrivateKey.generate()
         raw = self.key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)

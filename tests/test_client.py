@@ -14,6 +14,7 @@ import httpx
 import pytest
 from impri_client import (
     ActionRejected,
+    AlreadySettled,
     AsyncImpri,
     AuthenticationError,
     Conflict,
@@ -119,6 +120,24 @@ def test_a_rejection_raises_with_the_note_and_runs_nothing(impri, rita):
     assert "over the goodwill limit" in str(error) and "rejected by rita" in str(error)
     assert calls == []
     assert impri.get(action["action_id"]).status == "rejected"
+
+
+def test_a_replayed_idempotency_key_never_runs_the_function_twice(impri, rita):
+    calls = []
+
+    @gated(impri, kind="payment.refund", title="Refund order 5011", idempotency_key="refund-5011")
+    def refund(payload):
+        calls.append(payload)
+        return "re_5011"
+
+    run = in_thread(refund, {"order_id": "5011", "amount_cents": 300})
+    rita.approve(rita.pending_titled("Refund order 5011")["action_id"])
+    assert finished(run)["value"] == "re_5011"
+
+    with pytest.raises(AlreadySettled) as again:  # an agent retrying the whole step
+        refund({"order_id": "5011", "amount_cents": 300})
+    assert again.value.status == "executed"
+    assert calls == [{"order_id": "5011", "amount_cents": 300}]
 
 
 def test_a_failing_block_reports_failed_and_reraises(impri, rita):

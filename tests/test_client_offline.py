@@ -20,6 +20,10 @@ from pathlib import Path
 
 import pytest
 from impri_client import (
+    ActionCancelled,
+    ActionExpired,
+    ActionRejected,
+    AlreadySettled,
     InvalidGrant,
     WebhookVerificationError,
     canonical_json,
@@ -27,6 +31,7 @@ from impri_client import (
     verify_grant,
     verify_webhook,
 )
+from impri_client.gate import outcome, result_detail
 from impri_client.types import Decision, parse_time
 
 from approvals import services, webhooks
@@ -128,6 +133,36 @@ def test_timestamps_parse_from_unix_seconds_and_iso_strings_as_aware_utc():
         {"action_id": "act_1", "status": "approved", "decision_at": 1757830200, "payload": {}}
     )
     assert decision.decision_at == expected and decision.grant is None
+
+
+def test_outcomes_carry_the_note_and_the_reason_code():
+    rejected = Decision.from_json(
+        {
+            "action_id": "act_1",
+            "status": "rejected",
+            "decision_at": 1757830200,
+            "decided_by": {"type": "reviewer", "name": "rita"},
+            "note": "not our fault",
+            "reason": "policy",
+        }
+    )
+    with pytest.raises(ActionRejected) as caught:
+        outcome(rejected, 1.0)
+    assert (caught.value.note, caught.value.reason) == ("not our fault", "policy")
+    assert str(caught.value) == "action act_1 was rejected by rita (reason: policy): not our fault"
+    for status, error in (("expired", ActionExpired), ("cancelled", ActionCancelled)):
+        with pytest.raises(error):
+            outcome(Decision.from_json({"action_id": "a", "status": status}), 1.0)
+    with pytest.raises(AlreadySettled):
+        outcome(Decision.from_json({"action_id": "a", "status": "executed"}), 1.0)
+
+
+def test_what_a_function_returned_becomes_a_report_detail():
+    assert result_detail(None) is None
+    assert result_detail("re_1") == "re_1"
+    assert result_detail({"txn": "re_1"}) == {"txn": "re_1"}
+    assert result_detail(42) == {"result": 42}
+    assert result_detail(object()).startswith("<object")
 
 
 # --- Grants ---------------------------------------------------------------------------
