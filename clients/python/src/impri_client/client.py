@@ -226,8 +226,14 @@ class Impri(_Requests):
         title: str,
         preview: Preview | dict | str,
         payload: dict,
+        editable: list[str] | None = None,
+        target_url: str | None = None,
+        flags: list[str] | None = None,
+        context: dict | None = None,
         idempotency_key: str | None = None,
-        **fields: Any,
+        callback_url: str | None = None,
+        expires_in_s: int | None = None,
+        **extra: Any,
     ) -> Action:
         call = self._push(
             kind=kind,
@@ -235,7 +241,13 @@ class Impri(_Requests):
             preview=preview,
             payload=payload,
             idempotency_key=idempotency_key,
-            **fields,
+            editable=editable,
+            target_url=target_url,
+            flags=flags,
+            context=context,
+            callback_url=callback_url,
+            expires_in_s=expires_in_s,
+            **extra,
         )
         return Action.from_json(self._send(call))
 
@@ -326,8 +338,14 @@ class AsyncImpri(_Requests):
         title: str,
         preview: Preview | dict | str,
         payload: dict,
+        editable: list[str] | None = None,
+        target_url: str | None = None,
+        flags: list[str] | None = None,
+        context: dict | None = None,
         idempotency_key: str | None = None,
-        **fields: Any,
+        callback_url: str | None = None,
+        expires_in_s: int | None = None,
+        **extra: Any,
     ) -> Action:
         call = self._push(
             kind=kind,
@@ -335,7 +353,13 @@ class AsyncImpri(_Requests):
             preview=preview,
             payload=payload,
             idempotency_key=idempotency_key,
-            **fields,
+            editable=editable,
+            target_url=target_url,
+            flags=flags,
+            context=context,
+            callback_url=callback_url,
+            expires_in_s=expires_in_s,
+            **extra,
         )
         return Action.from_json(await self._send(call))
 
