@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 from impri_client import (
+    ActionExpired,
     ActionRejected,
     AlreadySettled,
     AsyncImpri,
@@ -138,6 +139,17 @@ def test_a_replayed_idempotency_key_never_runs_the_function_twice(impri, rita):
         refund({"order_id": "5011", "amount_cents": 300})
     assert again.value.status == "executed"
     assert calls == [{"order_id": "5011", "amount_cents": 300}]
+
+
+def test_an_expired_action_raises_and_runs_nothing(impri):
+    calls = []
+    gate = gated(impri, kind="payment.refund", title="Refund order 5012", expires_in_s=1)
+    with pytest.raises(ActionExpired) as expired:
+        gate(calls.append)({"order_id": "5012", "amount_cents": 100})
+    assert expired.value.status == "expired" and "expired" in str(expired.value)
+    assert calls == []
+    [listed], _ = impri.list_actions(status="expired", kind="payment.refund")
+    assert listed.action_id == expired.value.action_id
 
 
 def test_a_failing_block_reports_failed_and_reraises(impri, rita):
