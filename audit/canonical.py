@@ -1,16 +1,23 @@
 """The byte encodings that audit hashes and payload digests are computed over.
 
-Scheme 2 (the current one) encodes a JSON value by what it *is*, not by how
-one writer happened to spell it, so the value a hash was computed over in
-memory and the value that reads back from the database encode to the same
-bytes. PostgreSQL's ``jsonb`` stores numbers as ``numeric``: ``1e16`` reads
-back as ``10000000000000000``, ``-0.0`` as ``0.0``, ``1e-07`` as ``0.0000001``.
-Every number is therefore written as its plain decimal value: no exponent, no
-trailing zeros after the point, no point when it is whole, no sign on zero. A
-float stands for the shortest decimal that reads back as it (Python's
-``repr``), which is also what ``json.dumps`` sends to the database. Integers
-of any size are exact (the ``rfc8785`` package refuses integers beyond ±2^53,
-which ``jsonb`` makes out of floats such as ``1e16``).
+Scheme 2 (the current one) is RFC 8785, the JSON Canonicalization Scheme
+(DESIGN §1), of the value *as stored*: keys sorted by UTF-16 code units, no
+insignificant whitespace, strings escaped as ECMAScript's ``JSON.stringify``
+does, and numbers in ECMAScript's shortest form. A number is therefore encoded
+by its value, not by how one writer spelt it, and PostgreSQL's ``jsonb``
+(whose numbers are ``numeric``: ``1e16`` reads back as ``10000000000000000``,
+``-0.0`` as ``0.0``, ``1e-07`` as ``0.0000001``) cannot change a hash.
+
+One deliberate extension: RFC 8785 writes every number as a double, so integers
+beyond 2^53 would be rounded (the ``rfc8785`` package refuses them instead, and
+``jsonb`` makes such integers out of floats like ``1e16``). Here integers below
+10^21 in magnitude are written exactly (an amount is never rounded); from 10^21
+on, an integer takes the form of the nearest double, because ``jsonb`` hands a
+float such as ``1.5e300`` back as a 301-digit integer and both must hash alike.
+For every payload of ordinary numbers this is byte for byte RFC 8785, so an
+executor in any language can recompute ``payload_sha256`` with a JCS library.
+The Python client (``clients/python``, ``impri_client.canonical``) carries the
+same encoding; ``tests/test_client_canonical.py`` holds the two together.
 
 Scheme 1 (events written before the change) is plain ``json.dumps`` with
 sorted keys; it is kept only to verify those events.
@@ -26,7 +33,7 @@ CURRENT_SCHEME = 2
 
 
 def canonical_json(value) -> bytes:
-    """Scheme 2: sorted keys, ``,``/``:`` separators, UTF-8, numbers by value (see above)."""
+    """Scheme 2: RFC 8785 with exact integers below 10^21 (see above), UTF-8."""
     parts: list[str] = []
     _encode(value, parts)
     return "".join(parts).encode("utf-8")
@@ -39,20 +46,47 @@ def canonical_json_v1(value) -> bytes:
     )
 
 
+# Below this, an integral double prints all its digits in ECMAScript form, so an
+# integer printed exactly and the equal double encode alike.
+EXACT_INT_LIMIT = 10**21
+
+
 def number_text(value: int | float) -> str:
     """One string per numeric value: ``1e16``, ``1e+16`` and ``10000000000000000`` alike."""
     if isinstance(value, bool):
         raise TypeError("a boolean is not a number")
     if isinstance(value, int):
-        return str(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{value!r} is not a JSON number")
-    if value == 0:
+        return str(value) if abs(value) < EXACT_INT_LIMIT else _double_text(float(value))
+    return _double_text(value)
+
+
+def _double_text(x: float) -> str:
+    """ECMAScript Number::toString of a finite double (RFC 8785 §3.2.2.3)."""
+    if not math.isfinite(x):
+        raise ValueError(f"{x!r} is not a JSON number")
+    if x == 0:
         return "0"  # -0.0 too: jsonb has no negative zero
-    text = format(Decimal(repr(value)), "f")
-    if "." in text:
-        text = text.rstrip("0").rstrip(".")
-    return text
+    sign = "-" if x < 0 else ""
+    # repr gives the shortest digits that round-trip, as ECMAScript requires.
+    exact = Decimal(repr(abs(x))).normalize().as_tuple()
+    digits = "".join(map(str, exact.digits))
+    k = len(digits)
+    n = exact.exponent + k  # x = 0.digits × 10^n
+    if k <= n <= 21:
+        text = digits + "0" * (n - k)
+    elif 0 < n <= 21:
+        text = digits[:n] + "." + digits[n:]
+    elif -6 < n <= 0:
+        text = "0." + "0" * -n + digits
+    else:
+        exponent = n - 1
+        mantissa = digits if k == 1 else digits[0] + "." + digits[1:]
+        text = f"{mantissa}e{'+' if exponent > 0 else '-'}{abs(exponent)}"
+    return sign + text
+
+
+def _utf16(key: str) -> bytes:
+    return key.encode("utf-16-be", "surrogatepass")
 
 
 def _encode(value, out: list[str]) -> None:
@@ -67,10 +101,11 @@ def _encode(value, out: list[str]) -> None:
     elif isinstance(value, int | float):
         out.append(number_text(value))
     elif isinstance(value, dict):
-        out.append("{")
-        for index, key in enumerate(sorted(value)):
+        for key in value:
             if not isinstance(key, str):
                 raise TypeError(f"object keys must be strings, not {type(key).__name__}")
+        out.append("{")
+        for index, key in enumerate(sorted(value, key=_utf16)):
             if index:
                 out.append(",")
             out.append(json.dumps(key, ensure_ascii=False))

@@ -9,9 +9,6 @@ don't return it) compared with ``impri_client.payload_sha256``.
 
 from __future__ import annotations
 
-import hashlib
-import json
-
 import pytest
 from impri_client import Impri, payload_sha256
 
@@ -46,12 +43,6 @@ PAYLOADS = {
 }
 
 
-def legacy_sha256(payload: dict) -> str:
-    """The server's encoding before RFC 8785 (json.dumps, sorted keys)."""
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 @pytest.fixture(scope="module")
 def live():
     live = start_live()
@@ -72,11 +63,10 @@ def server_hashes(live):
             rita.approve(action.action_id)
             decision = impri.await_decision(action.action_id, timeout_s=10)
             assert decision.approved, decision
-            server = decision.payload_sha256
-            if "payload_sha256" not in decision.raw:
-                [approved] = [e for e in rita.audit(action.action_id) if e["event"] == "action.approved"]  # fmt: skip
-                server = approved["data"]["payload_sha256"]
-            found[name] = (payload, decision.payload, server)
+            [approved] = [e for e in rita.audit(action.action_id) if e["event"] == "action.approved"]  # fmt: skip
+            # The decision's hash is the one the audit chain recorded for the approval.
+            assert approved["data"]["payload_sha256"] == decision.payload_sha256
+            found[name] = (payload, decision.payload, decision.payload_sha256)
     return found
 
 
@@ -86,9 +76,4 @@ def test_client_and_server_hash_a_payload_alike(server_hashes, name):
     client_hash = payload_sha256(pushed)
     # The stored payload may come back in another number form (jsonb): same hash.
     assert payload_sha256(read_back) == client_hash
-    if server_hash != client_hash and server_hash == legacy_sha256(read_back):
-        pytest.xfail(
-            "the server still hashes json.dumps, not RFC 8785: this passes once the "
-            "canonical-encoding rework is merged (then nothing may xfail here)"
-        )
     assert server_hash == client_hash

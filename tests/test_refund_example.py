@@ -132,20 +132,8 @@ def live():
     live.deployment.close()
 
 
-def require_grants(live) -> None:
-    """Skip (only) while the server's decisions carry no ``grant`` field at all."""
-    rita = live.reviewer()
-    with Impri(live.url, live.agent_key) as impri:
-        probe = impri.push(kind="test.probe", title="grant probe", preview="-", payload={"p": 1})
-        rita.approve(probe.action_id)
-        decision = impri.await_decision(probe.action_id, timeout_s=10)
-    if "grant" not in decision.raw:
-        pytest.skip("server issues no grant yet")
-
-
 @pytest.mark.e2e
 def test_the_refund_agent_end_to_end(live):
-    require_grants(live)
     rita = live.reviewer()
     impri = Impri(live.url, live.agent_key)
     processor = Processor(impri_jwks(impri))
