@@ -292,6 +292,13 @@ async def impri_push_action(
         int | None,
         Field(description="Seconds until the action expires undecided (server default: 1 day)."),
     ] = None,
+    callback_url: Annotated[
+        str | None,
+        Field(
+            description="Optional http(s) URL Impri POSTs the decision to (signed, Standard "
+            "Webhooks) when the action settles; it must reach a public address."
+        ),
+    ] = None,
 ) -> PushOut:
     """Propose an action for a human to review before you carry it out.
 
@@ -311,6 +318,7 @@ async def impri_push_action(
         "context": context,
         "idempotency_key": idempotency_key,
         "expires_in_s": expires_in_s,
+        "callback_url": callback_url,
     }
     data = _parse(ActionIn, {k: v for k, v in fields.items() if v is not None})
     action, created = await dbexec.run(services.push_action, agent, data)
