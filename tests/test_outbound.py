@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import ssl
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import httpx
 import pytest
+import trustme
 from django.contrib.auth.models import Group
 from django.db import connection
 
@@ -285,6 +289,62 @@ def test_the_connection_goes_to_the_checked_address_with_the_names_host_header(
     assert got.headers["host"] == f"pinned.test:{port}"
     delivery.refresh_from_db()
     assert delivery.delivered_at is not None
+
+
+class TLSReceiver:
+    """An HTTPS server on 127.0.0.1 with a certificate for ``name`` only; records SNI and Host."""
+
+    def __init__(self, ca: trustme.CA, name: str):
+        self.server_names: list[str | None] = []
+        self.hosts: list[str] = []
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ca.issue_cert(name).configure_cert(context)
+        context.sni_callback = lambda _sock, server_name, _ctx: self.server_names.append(
+            server_name
+        )
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                receiver.hosts.append(self.headers.get("host"))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_https_to_a_pinned_address_keeps_the_names_tls_server_name_and_certificate(
+    settings, hosts, tmp_path, monkeypatch
+):
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))  # how an operator adds a CA
+    settings.IMPRI_CALLBACK_ALLOWED_NETWORKS = ["127.0.0.1/32"]
+    hosts["pinned.test"] = ["127.0.0.1"]
+    hosts["other.test"] = ["127.0.0.1"]
+    receiver = TLSReceiver(ca, "pinned.test")
+    try:
+        with outbound.client("test") as client:
+            answer = client.post(f"https://pinned.test:{receiver.port}/hook", content=b"{}")
+            assert answer.status_code == 204
+            assert receiver.server_names == ["pinned.test"]
+            assert receiver.hosts == [f"pinned.test:{receiver.port}"]
+            # The certificate is checked against the URL's name, not the address dialled.
+            with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+                client.post(f"https://other.test:{receiver.port}/hook", content=b"{}")
+    finally:
+        receiver.close()
 
 
 def test_a_name_that_stops_resolving_is_retried_not_given_up(agent, settings, hosts):
