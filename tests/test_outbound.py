@@ -26,7 +26,7 @@ from approvals import lanes, notify, outbound, webhooks
 from approvals.models import Action, GroupNotificationSettings, Notification, WebhookDelivery
 from tests.factories import make_action, refund_body
 from tests.live import free_port
-from tests.test_mcp_unit import call, error_of
+from tests.test_mcp_unit import call, connect, error_of
 from tests.test_webhooks import Receiver
 
 # Every spelling of an internal destination the red team used, and then some.
@@ -167,21 +167,15 @@ def test_rest_push_accepts_a_public_or_allowed_callback(agent, hosts, settings):
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_mcp_push_refuses_internal_callbacks_naming_the_field(agent, hosts):
+async def test_mcp_push_refuses_internal_callbacks_naming_the_field(agent, hosts, internal_urls):
     hosts["nowhere.test"] = []
-    for url in (
-        "http://127.0.0.1:8000/hook",
-        "http://localhost/hook",
-        "http://[::ffff:127.0.0.1]/hook",
-        "http://2130706433/hook",
-        "http://169.254.169.254/latest",
-        "http://nowhere.test/hook",
-    ):
-        result = await call(agent.key, "impri_push_action", refund_body(callback_url=url))
-        text, error = error_of(result)
-        assert error["status"] == 422, url
-        assert error["field"] == "callback_url", url
-        assert text.startswith("Invalid input: callback_url: ")
+    async with connect(agent.key) as client:
+        for url in [*internal_urls, "http://nowhere.test/hook"]:
+            result = await client.call_tool("impri_push_action", refund_body(callback_url=url))
+            text, error = error_of(result)
+            assert error["status"] == 422, url
+            assert error["field"] == "callback_url", url
+            assert text.startswith("Invalid input: callback_url: ")
     assert await Action.objects.acount() == 0
 
 
