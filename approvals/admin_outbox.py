@@ -12,6 +12,7 @@ from django.contrib import admin
 from django.core.validators import validate_email
 from django.utils import timezone
 
+from . import outbound
 from .models import GroupNotificationSettings, Notification, WebhookAttempt, WebhookDelivery
 
 
@@ -170,6 +171,11 @@ class GroupNotificationSettingsForm(forms.ModelForm):
         url = self.cleaned_data.get("slack_webhook_url") or ""
         if url and not url.lower().startswith(("https://", "http://")):
             raise forms.ValidationError("Enter an http(s) URL.")
+        if url:
+            try:
+                outbound.check_url(url)
+            except outbound.Refused as exc:
+                raise forms.ValidationError(f"Impri will not send to this URL: {exc}.") from None
         return url
 
     def clean_extra_emails(self):

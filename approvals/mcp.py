@@ -277,8 +277,8 @@ async def impri_push_action(
     callback_url: Annotated[
         str | None,
         Field(
-            description="http(s) URL Impri POSTs the decision to (signed, Standard Webhooks) "
-            "when the action settles."
+            description="Optional http(s) URL Impri POSTs the decision to (signed, Standard "
+            "Webhooks) when the action settles; it must reach a public address."
         ),
     ] = None,
 ) -> ActionOut:

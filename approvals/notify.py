@@ -22,10 +22,11 @@ from datetime import datetime
 import httpx
 from django.conf import settings
 from django.core.mail import get_connection, send_mail
+from django.db import connection
 
 from inbox.presenters import payload_money
 
-from . import webhooks
+from . import lanes, outbound, webhooks
 from .models import Action, ActionStatus, GroupNotificationSettings, Notification
 from .presenters import inbox_url
 
@@ -54,35 +55,44 @@ def base_url() -> str:
     return getattr(settings, "IMPRI_BASE_URL", "") or DEFAULT_BASE_URL
 
 
-def send_due(now: datetime | None = None, limit: int = 50, budget_s: float | None = None) -> int:
-    """Send the notifications that are due (at most ``limit``); the number of attempts made.
+LANE = lanes.Lane("notifications", webhooks.USER_AGENT)
 
-    Like webhooks, one sweep stays short: a mail server or Slack hook that does
-    not answer is tried once per sweep, and the sweep stops after its budget.
+
+def send_due(now: datetime | None = None, limit: int = 50, background: bool = False) -> int:
+    """Send the notifications that are due (at most ``limit``), on a lane of their own.
+
+    Like webhooks (see ``approvals.lanes``): each destination (the mail
+    server, each group's Slack hook) has a fair share of the lane's threads,
+    so one that does not answer holds up nobody else; inline it returns the
+    attempts made, in the background how many rows it handed to the lane.
     """
     read_clock = webhooks.clock(now)
-    rows = list(
-        Notification.objects.due(read_clock())
-        .order_by("next_attempt_at", "pk")
-        .values_list("pk", "channel", "group_id")[:limit]
-    )
-    if not rows:
-        return 0
-    sweep = webhooks.Sweep(budget_s)
-    with httpx.Client(
-        timeout=httpx.Timeout(webhooks.request_timeout_s()),
-        follow_redirects=False,
-        headers={"user-agent": webhooks.USER_AGENT},
-    ) as client:
-        for pk, channel, group_id in rows:
-            # Email goes through one mail server; each group has its own Slack hook.
-            where = "email" if channel == Notification.Channel.EMAIL else f"{channel}:{group_id}"
-            if sweep.wants(where):
-                sweep.done(where, send_one(client, pk, read_clock))
-    return sweep.attempted
+
+    def read(claimed: list, n: int) -> list:
+        rows = (
+            Notification.objects.due(read_clock())
+            .exclude(pk__in=claimed)
+            .order_by("next_attempt_at", "pk")
+            .values_list("pk", "channel", "group_id")[:n]
+        )
+        # Email goes through one mail server; each group has its own Slack hook.
+        return [
+            (pk, ("email" if channel == Notification.Channel.EMAIL else f"{channel}:{group_id}",))
+            for pk, channel, group_id in rows
+        ]
+
+    def send(pk: int, in_background: bool) -> str:
+        return send_one(LANE.client(), pk, read_clock, connection.close if in_background else None)
+
+    return LANE.sweep(read, send, limit=limit, background=background)
 
 
-def send_one(client: httpx.Client, pk: int, read_clock: Callable[[], datetime]) -> str:
+def send_one(
+    client: httpx.Client,
+    pk: int,
+    read_clock: Callable[[], datetime],
+    release: Callable[[], None] | None = None,
+) -> str:
     """Lease one row and make one attempt; an outcome from ``approvals.webhooks``."""
     lease_until = webhooks.take_lease(Notification, pk, read_clock())
     if lease_until is None:
@@ -90,6 +100,9 @@ def send_one(client: httpx.Client, pk: int, read_clock: Callable[[], datetime]) 
     note = Notification.objects.select_related("action__agent", "group").get(pk=pk)
     try:
         check_still_relevant(note)
+        if release is not None:
+            group_settings(note)  # read now, before the connection goes back
+            release()
         if note.channel == Notification.Channel.EMAIL:
             send_email(note)
         elif note.channel == Notification.Channel.SLACK:
@@ -290,12 +303,23 @@ def send_slack(client: httpx.Client, note: Notification) -> None:
         raise Skip(f"{note.group} has no Slack webhook URL")
     if not webhooks.is_http_url(url):
         raise Skip(f"the Slack webhook URL of {note.group} is not an http(s) URL")
-    response = client.post(url, json=slack_message(note))
-    if not 200 <= response.status_code < 300:
-        raise SlackError(
-            f"HTTP {response.status_code}: {response.text[: webhooks.ERROR_BODY_CHARS].strip()}"
-        )
+    try:
+        with client.stream(
+            "POST", url, json=slack_message(note), timeout=webhooks.request_timeout_s()
+        ) as response:
+            if not 200 <= response.status_code < 300:
+                raise SlackError(f"HTTP {response.status_code}: {webhooks.start_of(response)}")
+    except outbound.Refused as exc:
+        raise Skip(f"refused: {exc}; not sent") from None
 
 
 class SlackError(Exception):
     pass
+
+
+def send_in_background() -> int:
+    """A background sweep: what the ticker, the Celery task and the lane itself run."""
+    return send_due(background=True)
+
+
+LANE.sweeper = send_in_background

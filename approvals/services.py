@@ -29,7 +29,7 @@ from audit.models import ActorType, canonical_json
 from rules import engine as rule_engine
 from rules import services as rule_services
 
-from . import dbexec, events, grants, outbox, waiting
+from . import dbexec, events, grants, outbound, outbox, waiting
 from .errors import (
     ActionNotFound,
     ActionNotPending,
@@ -129,6 +129,8 @@ def push_action(
         existing = Action.objects.filter(agent=agent, idempotency_key=key).first()
         if existing is not None:
             return _replay(existing, request_hash), False
+    if data.callback_url:
+        _check_callback(data.callback_url)
     try:
         with _atomic():
             action = _create(agent, data, key, request_hash)
@@ -137,6 +139,14 @@ def push_action(
             raise
         return _replay(Action.objects.get(agent=agent, idempotency_key=key), request_hash), False
     return action, True
+
+
+def _check_callback(url: str) -> None:
+    """An agent's callback must reach a public address (or one the operator allows)."""
+    try:
+        outbound.check_url(url)
+    except outbound.Refused as exc:
+        raise InvalidInput("callback_url", str(exc)) from None
 
 
 def _create(agent: Agent, data: ActionIn, key: str | None, request_hash: str) -> Action:

@@ -27,11 +27,17 @@ def flag_stale_approvals() -> int:
     return services.flag_stale()
 
 
+# The two delivery tasks hand due rows to their lane's threads in this worker
+# process and return at once (approvals.lanes): a receiver that never answers
+# holds a lane thread, never a Celery worker slot, so expiry and the other
+# lane keep running. The outbox's lease keeps one sender per row.
+
+
 @shared_task
 def deliver_webhooks() -> int:
-    return webhooks.deliver_due()
+    return webhooks.deliver_in_background()
 
 
 @shared_task
 def send_notifications() -> int:
-    return notify.send_due()
+    return notify.send_in_background()

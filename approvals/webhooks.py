@@ -31,6 +31,7 @@ import hmac
 import json
 import logging
 import random
+import re
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -38,10 +39,11 @@ from urllib.parse import urlsplit
 
 import httpx
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from . import lanes, outbound
 from .models import WebhookAttempt, WebhookDelivery
 
 logger = logging.getLogger(__name__)
@@ -56,8 +58,8 @@ USER_AGENT = "Impri-Webhooks/1"
 BACKOFF_BASE_S = 10
 BACKOFF_CAP_S = 2 * 3600
 GIVE_UP_AFTER = timedelta(days=1)
-# How much of a failed response's body to keep in the attempt log.
-ERROR_BODY_CHARS = 500
+# How much of a failed response's body to keep in the attempt log (as one line of text).
+ERROR_BODY_CHARS = 200
 
 # Written before an attempt starts and replaced when it ends: an attempt that
 # still says this had its worker stop mid-send (the lease then runs out and the
@@ -163,46 +165,16 @@ def is_http_url(url: str) -> bool:
 # --- Delivery -----------------------------------------------------------------
 
 # deliver_one's outcomes.
-BUSY = "busy"  # another worker holds the row, or it is no longer due
+BUSY = lanes.BUSY  # another worker holds the row, or it is no longer due
 SENT = "sent"  # the receiver answered 2xx
 FAILED = "failed"  # it answered otherwise, or the message could not be sent at all
-UNREACHABLE = "unreachable"  # no answer: connection refused, timed out, …
+UNREACHABLE = lanes.UNREACHABLE  # no answer: connection refused, timed out, …
 
-
-class Sweep:
-    """One pass over due rows, kept short so the sweeps after it run on time.
-
-    It stops taking new rows once ``budget_s`` is spent (at least one attempt is
-    made), and skips the rest of a destination that just gave no answer: one
-    dead receiver costs one timeout per sweep, not one per queued message. The
-    rows it leaves are still due and go first next time.
-    """
-
-    def __init__(self, budget_s: float | None = None):
-        budget = sweep_budget_s() if budget_s is None else budget_s
-        self.deadline = time.monotonic() + budget
-        self.unreachable: set[str] = set()
-        self.attempted = 0
-
-    def wants(self, destination: str) -> bool:
-        if self.attempted and time.monotonic() >= self.deadline:
-            return False
-        return destination not in self.unreachable
-
-    def done(self, destination: str, outcome: str) -> None:
-        if outcome == BUSY:
-            return
-        self.attempted += 1
-        if outcome == UNREACHABLE:
-            self.unreachable.add(destination)
-
-
-def sweep_budget_s() -> float:
-    return float(getattr(settings, "IMPRI_DELIVERY_SWEEP_BUDGET_S", 30))
+LANE = lanes.Lane("webhooks", USER_AGENT)
 
 
 def destination(url: str) -> str:
-    """Where a URL goes (scheme, host, port): the unit a dead receiver is skipped by."""
+    """Where a URL goes (scheme, host, port): the unit a receiver's fair share is counted in."""
     try:
         parts = urlsplit(url)
         return f"{parts.scheme}://{parts.hostname}:{parts.port or ''}".lower()
@@ -210,44 +182,57 @@ def destination(url: str) -> str:
         return url
 
 
-def deliver_due(now: datetime | None = None, limit: int = 50, budget_s: float | None = None) -> int:
-    """Send the webhooks that are due (at most ``limit``); the number of attempts made.
+def deliver_due(now: datetime | None = None, limit: int = 50, background: bool = False) -> int:
+    """Send the webhooks that are due (at most ``limit``), a fair share per receiver and agent.
 
+    Inline (the default) it sends on this thread and returns the attempts
+    made; in the background (ticker, Celery) it hands rows to the webhook
+    lane's threads and returns how many (see ``approvals.lanes``).
     Idempotent: with nothing due it reads one query and writes nothing.
     """
     read_clock = clock(now)
-    rows = list(
-        WebhookDelivery.objects.due(read_clock())
-        .order_by("next_attempt_at", "pk")
-        .values_list("pk", "url")[:limit]
-    )
-    if not rows:
-        return 0
-    sweep = Sweep(budget_s)
-    with httpx.Client(
-        timeout=httpx.Timeout(request_timeout_s()),
-        follow_redirects=False,
-        headers={"user-agent": USER_AGENT},
-    ) as client:
-        for pk, url in rows:
-            if sweep.wants(destination(url)):
-                sweep.done(destination(url), deliver_one(client, pk, read_clock))
-    return sweep.attempted
+
+    def read(claimed: list, n: int) -> list:
+        rows = (
+            WebhookDelivery.objects.due(read_clock())
+            .exclude(pk__in=claimed)
+            .exclude(action__agent_id__in=LANE.saturated("agent:"))
+            .order_by("next_attempt_at", "pk")
+            .values_list("pk", "url", "action__agent_id")[:n]
+        )
+        return [(pk, (destination(url), f"agent:{agent}")) for pk, url, agent in rows]
+
+    def send(pk: str, in_background: bool) -> str:
+        release = connection.close if in_background else None
+        return deliver_one(LANE.client(), pk, read_clock, release)
+
+    return LANE.sweep(read, send, limit=limit, background=background)
 
 
-def deliver_one(client: httpx.Client, pk: str, read_clock: Callable[[], datetime]) -> str:
-    """Lease one row and make one attempt; BUSY if another worker had it or it is done."""
+def deliver_one(
+    client: httpx.Client,
+    pk: str,
+    read_clock: Callable[[], datetime],
+    release: Callable[[], None] | None = None,
+) -> str:
+    """Lease one row and make one attempt; BUSY if another worker had it or it is done.
+
+    ``release`` (background sends) gives the database connection back while
+    the request is in flight, so a slow receiver holds no pooled connection.
+    """
     lease_until = take_lease(WebhookDelivery, pk, read_clock())
     if lease_until is None:
         return BUSY
     delivery = WebhookDelivery.objects.select_related("action__agent").get(pk=pk)
     attempt = WebhookAttempt.objects.create(delivery=delivery, at=read_clock(), error=NO_OUTCOME)
+    if release is not None:
+        release()
     began = time.monotonic()
     sendable = is_http_url(delivery.url)
     if sendable:
-        status_code, error, unreachable = post(client, delivery)
+        status_code, error, unreachable, refused = post(client, delivery)
     else:
-        status_code, error, unreachable = None, "not an http(s) URL; not sent", False
+        status_code, error, unreachable, refused = None, "not an http(s) URL; not sent", False, True
     duration_ms = int((time.monotonic() - began) * 1000)
     finished = read_clock()
     ok = status_code is not None and 200 <= status_code < 300
@@ -257,7 +242,7 @@ def deliver_one(client: httpx.Client, pk: str, read_clock: Callable[[], datetime
         )
         if ok:
             record_success(WebhookDelivery, pk, finished)
-        elif not sendable:
+        elif refused:
             WebhookDelivery.objects.filter(pk=pk, locked_until=lease_until).update(
                 last_error=error, locked_until=None, gave_up_at=finished
             )
@@ -284,14 +269,23 @@ def deliver_one(client: httpx.Client, pk: str, read_clock: Callable[[], datetime
     return UNREACHABLE if unreachable else FAILED
 
 
-def post(client: httpx.Client, delivery: WebhookDelivery) -> tuple[int | None, str, bool]:
-    """POST one message: (status code or None, error text, no answer at all). Never raises."""
+def post(client: httpx.Client, delivery: WebhookDelivery) -> tuple[int | None, str, bool, bool]:
+    """POST one message: (status code or None, error text, no answer, refused). Never raises.
+
+    Refused: the destination is one Impri does not send to (``approvals.outbound``),
+    or the message can't be signed; such a row is given up at once, not retried.
+    """
     body = encode_body(delivery.body)
     timestamp = int(timezone.now().timestamp())
     try:
         signature = sign(delivery.action.agent.webhook_secret, delivery.id, timestamp, body)
     except ValueError:
-        return None, "the agent's webhook secret is not a valid whsec_ secret; not sent", False
+        return (
+            None,
+            "the agent's webhook secret is not a valid whsec_ secret; not sent",
+            False,
+            True,
+        )
     headers = {
         "content-type": "application/json",
         "webhook-id": delivery.id,
@@ -299,16 +293,20 @@ def post(client: httpx.Client, delivery: WebhookDelivery) -> tuple[int | None, s
         "webhook-signature": signature,
     }
     try:
-        with client.stream("POST", delivery.url, content=body, headers=headers) as response:
+        with client.stream(
+            "POST", delivery.url, content=body, headers=headers, timeout=request_timeout_s()
+        ) as response:
             if 200 <= response.status_code < 300:
-                return response.status_code, "", False
-            error = f"HTTP {response.status_code}: {_start_of(response)}"
-            return response.status_code, error, False
+                return response.status_code, "", False, False
+            error = f"HTTP {response.status_code}: {start_of(response)}"
+            return response.status_code, error, False, False
+    except outbound.Refused as exc:
+        return None, f"refused: {exc}; not sent", False, True
     except httpx.TransportError as exc:
-        return None, describe(exc), True
+        return None, describe(exc), True, False
     except Exception as exc:  # any failure to send is a failed attempt, recorded and retried
         logger.exception("unexpected error sending webhook %s", delivery.id)
-        return None, describe(exc), False
+        return None, describe(exc), False, False
 
 
 def describe(exc: BaseException) -> str:
@@ -316,8 +314,12 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _start_of(response: httpx.Response) -> str:
-    """The first few hundred characters of a body, without reading a huge one."""
+def start_of(response: httpx.Response) -> str:
+    """The start of an answer's body as one short line of text, without reading a huge one.
+
+    Kept short on purpose: an answer is a receiver's, and only its gist helps
+    whoever debugs a failing delivery. Admin shows it as escaped text.
+    """
     chunks, size = [], 0
     try:
         for chunk in response.iter_bytes():
@@ -327,4 +329,13 @@ def _start_of(response: httpx.Response) -> str:
                 break
     except httpx.HTTPError:
         pass
-    return b"".join(chunks)[:ERROR_BODY_CHARS].decode("utf-8", "replace").strip()
+    text = b"".join(chunks)[:ERROR_BODY_CHARS].decode("utf-8", "replace")
+    return " ".join(re.sub(r"[\x00-\x1f\x7f]+", " ", text).split())
+
+
+def deliver_in_background() -> int:
+    """A background sweep: what the ticker, the Celery task and the lane itself run."""
+    return deliver_due(background=True)
+
+
+LANE.sweeper = deliver_in_background

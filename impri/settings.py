@@ -310,8 +310,29 @@ IMPRI_REPORT_DEADLINE_S = envint("IMPRI_REPORT_DEADLINE_S", "3600", minimum=1)
 IMPRI_WEBHOOK_TIMEOUT_S = envfloat("IMPRI_WEBHOOK_TIMEOUT_S", "10", minimum=0.1)
 # How long a worker owns an outbox row it is sending; a killed worker's rows go again after this.
 IMPRI_WEBHOOK_LEASE_S = envfloat("IMPRI_WEBHOOK_LEASE_S", "60", minimum=1)
-# A delivery sweep stops taking new rows after this long, so one dead endpoint can't hold it.
-IMPRI_DELIVERY_SWEEP_BUDGET_S = envfloat("IMPRI_DELIVERY_SWEEP_BUDGET_S", "30", minimum=0)
+# Deliveries run concurrently: threads per lane (webhooks, notifications) per process, and at
+# most this many in flight per destination (and per agent) so a dead receiver holds few threads.
+IMPRI_DELIVERY_CONCURRENCY = envint("IMPRI_DELIVERY_CONCURRENCY", "8", minimum=1)
+IMPRI_DELIVERY_PER_DESTINATION = envint("IMPRI_DELIVERY_PER_DESTINATION", "2", minimum=1)
+
+
+def _networks(name: str) -> list[str]:
+    import ipaddress
+
+    found = []
+    for cidr in (c.strip() for c in env(name).split(",")):
+        if not cidr:
+            continue
+        try:
+            found.append(str(ipaddress.ip_network(cidr, strict=False)))
+        except ValueError:
+            raise ImproperlyConfigured(f"{name}: {cidr!r} is not an IP network (CIDR)") from None
+    return found
+
+
+# Internal networks agent callbacks and admin-entered webhook URLs may reach (comma-separated
+# CIDRs); every other loopback, private, link-local, CGNAT or unique-local address is refused.
+IMPRI_CALLBACK_ALLOWED_NETWORKS = _networks("IMPRI_CALLBACK_ALLOWED_NETWORKS")
 CELERY_BEAT_SCHEDULE = {
     "expire-overdue": {"task": "approvals.tasks.expire_overdue", "schedule": IMPRI_TICK_S},
     "deliver-webhooks": {"task": "approvals.tasks.deliver_webhooks", "schedule": IMPRI_TICK_S},

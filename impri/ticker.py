@@ -39,10 +39,14 @@ def slow_sweeps():
 
 
 def delivery_sweeps():
-    """Network I/O (webhooks, email, Slack): in a loop of its own, so a dead receiver never delays expiry."""
+    """Hand due webhooks and notifications to their lanes' threads (approvals.lanes).
+
+    Each returns at once: the network I/O runs on the lanes, webhooks and
+    notifications apart, so neither a dead receiver nor the other lane delays a sweep.
+    """
     from approvals import notify, webhooks
 
-    return [webhooks.deliver_due, notify.send_due]
+    return [webhooks.LANE.sweeper, notify.LANE.sweeper]
 
 
 def run_sweeps(sweeps) -> dict[str, int]:

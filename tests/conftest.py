@@ -140,3 +140,38 @@ def mallory(db) -> Persona:
 def _fast_password_hashing(settings):
     # Personas get real passwords; PBKDF2's deliberate slowness buys nothing in tests.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def hosts(monkeypatch):
+    """Names with answers of their own, like lines in a hosts file: ``hosts["x.test"] = ["…"]``.
+
+    Only the outbound guard's resolver sees them (approvals.outbound.getaddrinfo);
+    other names go to the system resolver. No query leaves the machine for these.
+    """
+    import socket
+
+    from approvals import outbound
+
+    table: dict[str, list[str]] = {}
+    system = outbound.getaddrinfo
+
+    def getaddrinfo(host, port, *args, **kwargs):
+        name = str(host).lower().rstrip(".")
+        if name not in table:
+            return system(host, port, *args, **kwargs)
+        if not table[name]:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [
+            (
+                socket.AF_INET6 if ":" in ip else socket.AF_INET,
+                socket.SOCK_STREAM,
+                socket.IPPROTO_TCP,
+                "",
+                (ip, port, 0, 0) if ":" in ip else (ip, port),
+            )
+            for ip in table[name]
+        ]
+
+    monkeypatch.setattr(outbound, "getaddrinfo", getaddrinfo)
+    return table

@@ -190,6 +190,10 @@ class TestNotificationsOnArrival:
 class TestWebhookOutbox:
     HOOK = "https://agent.example.com/impri-hook"
 
+    @pytest.fixture(autouse=True)
+    def _public_hook(self, hosts):
+        hosts["agent.example.com"] = ["93.184.215.14"]  # public; nothing is sent in these tests
+
     def test_a_decision_writes_one_delivery_with_the_await_body(self, agent, rita):
         action = make_action(agent.agent, callback_url=self.HOOK)
         assert not WebhookDelivery.objects.exists()  # nothing to say while pending

@@ -118,7 +118,8 @@ def test_an_unknown_reason_code_names_the_field(agent, rita):
     assert "reason" in response.content.decode()
 
 
-def test_the_webhook_body_uses_the_same_shape(agent, rita):
+def test_the_webhook_body_uses_the_same_shape(agent, rita, settings):
+    settings.IMPRI_CALLBACK_ALLOWED_NETWORKS = ["127.0.0.1/32"]
     action = make_action(agent.agent, callback_url="http://127.0.0.1:9/hook")
     services.decide(action.pk, by=rita.user, verdict="approve")
     body = WebhookDelivery.objects.get(action=action).body

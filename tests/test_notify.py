@@ -31,6 +31,12 @@ URL_RE = re.compile(r"https?://[^\s<>|]+")
 
 
 @pytest.fixture(autouse=True)
+def loopback_receivers_allowed(settings):
+    """The Slack receivers here listen on 127.0.0.1: allow exactly that, as an operator would."""
+    settings.IMPRI_CALLBACK_ALLOWED_NETWORKS = ["127.0.0.1/32"]
+
+
+@pytest.fixture(autouse=True)
 def _base_url(settings):
     settings.IMPRI_BASE_URL = BASE
 
@@ -393,7 +399,8 @@ def test_no_slack_url_means_the_slack_row_is_closed_not_retried(agent, team):
 # --- Admin --------------------------------------------------------------------------
 
 
-def test_admin_edits_group_settings_and_lists_notifications(admin_client, agent, team):
+def test_admin_edits_group_settings_and_lists_notifications(admin_client, agent, team, hosts):
+    hosts["hooks.slack.com"] = ["93.184.215.14"]  # a public address, never contacted here
     page = admin_client.post(
         "/admin/approvals/groupnotificationsettings/add/",
         {

@@ -49,7 +49,12 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def deployment():
-    dep = Deployment(IMPRI_TICK_S="0.5", IMPRI_AWAIT_REREAD_S="30")
+    # The receiver listens on 127.0.0.1: allowed as an operator would allow an internal one.
+    dep = Deployment(
+        IMPRI_TICK_S="0.5",
+        IMPRI_AWAIT_REREAD_S="30",
+        IMPRI_CALLBACK_ALLOWED_NETWORKS="127.0.0.1/32",
+    )
     dep.server = dep.start_server()
     dep.agent_key = dep.last_word("createagent", "support-bot")
     dep.impri("createreviewer", "rita")

@@ -101,6 +101,7 @@ class Receiver:
         hold_first: bool = False,
         held_status: int = 200,
         extra_headers: dict | None = None,
+        host: str = "127.0.0.1",
     ):
         self.secret = secret
         self.fail_first = fail_first
@@ -111,14 +112,16 @@ class Receiver:
         self.requests: list[Received] = []
         self.arrived = threading.Condition()
         self._release = threading.Event()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.host = host
+        self.answer = b"receiver says no"  # the body of an answer of 400 or more
+        self.server = ThreadingHTTPServer((host, 0), self._handler())
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/hooks/impri"
+        return f"http://{self.host}:{self.server.server_address[1]}/hooks/impri"
 
     def release(self) -> None:
         self._release.set()
@@ -160,7 +163,7 @@ class Receiver:
                     status = receiver.fail_status
                 else:
                     status = 200
-                answer = b"ok" if status < 400 else b"receiver says no"
+                answer = b"ok" if status < 400 else receiver.answer
                 try:
                     self.send_response(status)
                     for name, value in receiver.extra_headers.items():
@@ -175,6 +178,12 @@ class Receiver:
                 pass
 
         return Handler
+
+
+@pytest.fixture(autouse=True)
+def loopback_receivers_allowed(settings):
+    """The receivers here listen on 127.0.0.1: allow exactly that, as an operator would."""
+    settings.IMPRI_CALLBACK_ALLOWED_NETWORKS = ["127.0.0.1/32"]
 
 
 @pytest.fixture
@@ -448,17 +457,6 @@ def test_a_dead_receiver_costs_one_timeout_per_sweep_and_holds_up_nobody_else(ag
     assert all(d.next_attempt_at <= timezone.now() and d.locked_until is None for d in untouched)
     assert webhooks.deliver_due() == 1  # the next sweep tries the next one
     assert sum(WebhookDelivery.objects.get(pk=d.pk).attempts for d in dead) == 2
-
-
-def test_a_sweep_stops_taking_rows_once_its_budget_is_spent(agent, receivers, settings):
-    settings.IMPRI_WEBHOOK_TIMEOUT_S = 0.3
-    slow = [receivers(agent.agent.webhook_secret, hold_first=True) for _ in range(3)]
-    rows = [make_delivery(agent, r.url) for r in slow]
-
-    assert webhooks.deliver_due(budget_s=0.1) == 1
-
-    assert [len(r.requests) for r in slow] == [1, 0, 0]
-    assert [WebhookDelivery.objects.get(pk=d.pk).attempts for d in rows] == [1, 0, 0]
 
 
 # --- Leases: one sender at a time, at least once ----------------------------------

@@ -91,7 +91,12 @@ class Background:
 
 @pytest.fixture
 def deployment():
-    dep = Deployment(IMPRI_WEBHOOK_LEASE_S=str(LEASE_S), IMPRI_TICK_S=str(TICK_S))
+    # The receivers listen on 127.0.0.1: allowed as an operator would allow an internal one.
+    dep = Deployment(
+        IMPRI_WEBHOOK_LEASE_S=str(LEASE_S),
+        IMPRI_TICK_S=str(TICK_S),
+        IMPRI_CALLBACK_ALLOWED_NETWORKS="127.0.0.1/32",
+    )
     yield dep
     dep.close()
 
@@ -273,3 +278,58 @@ def test_a_new_action_reaches_the_groups_slack(deployment, background, receivers
     assert page.status_code in (200, 302)
     status = background.server.client(agent_key).get(f"/actions/{action['action_id']}")
     assert status.json()["status"] == "pending"
+
+
+def test_a_receiver_that_never_answers_delays_no_one_elses_webhook_or_notice(
+    deployment, background, receivers
+):
+    # Nine callbacks to a host that accepts and never answers (each costs the
+    # 10 s request timeout), then another agent's webhook and a reviewer's
+    # Slack notice: both arrive well inside that timeout.
+    from tests.test_outbound import Staller
+
+    staller = Staller()
+    try:
+        slow_key, _ = agent_with_secret(deployment, "slow-bot")
+        fast_key, fast_secret = agent_with_secret(deployment, "fast-bot")
+        healthy, slack = receivers(fast_secret), receivers()
+        django_shell(
+            deployment,
+            "from django.contrib.auth.models import Group; "
+            "from approvals.models import GroupNotificationSettings as S; "
+            "g, _ = Group.objects.get_or_create(name='reviewers'); "
+            f"S.objects.update_or_create(group=g, defaults={{'slack_webhook_url': {slack.url!r}}}); "
+            "print('ok')",
+        )
+        background.start()
+        for _ in range(9):
+            stalled = push(background.server, slow_key, callback_url=staller.url)
+            cancel = background.server.client(slow_key).post(
+                f"/actions/{stalled['action_id']}/cancel", json={}
+            )
+            assert cancel.status_code == 200, cancel.text
+        poll(lambda: staller.accepted, 30, "the stalled sends to begin", background.logs)
+
+        started = time.monotonic()
+        waiting = push(background.server, fast_key)  # stays pending: its group is told
+        settled = push(background.server, fast_key, callback_url=healthy.url)
+        cancel = background.server.client(fast_key).post(
+            f"/actions/{settled['action_id']}/cancel", json={}
+        )
+        assert cancel.status_code == 200, cancel.text
+        try:
+            [got] = healthy.wait_for(1, timeout=8)
+            poll(
+                lambda: any(waiting["action_id"] in r.json["text"] for r in slack.requests),
+                8,
+                "the reviewers' Slack notice",
+                background.logs,
+            )
+        except AssertionError:
+            raise AssertionError(background.logs()) from None
+        took = time.monotonic() - started
+        assert took < 8, f"the healthy webhook and notice took {took:.1f} s"
+        assert got.verified and got.json["action_id"] == settled["action_id"]
+        assert len(staller.accepted) <= 2  # IMPRI_DELIVERY_PER_DESTINATION's default
+    finally:
+        staller.close()
