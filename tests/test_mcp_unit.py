@@ -544,10 +544,11 @@ async def test_an_unexpected_crash_shows_no_internals(agent):
     assert result.content[0].text == "Error executing tool impri_broken"
 
 
-async def test_push_takes_a_callback_url_like_rest(agent):
-    pushed = await push(agent.key, callback_url="https://agent.example.com/impri-hook")
+async def test_push_takes_a_callback_url_like_rest(agent, settings):
+    settings.IMPRI_CALLBACK_ALLOWED_NETWORKS = ["127.0.0.1/32"]
+    pushed = await push(agent.key, callback_url="http://127.0.0.1:9/impri-hook")
     action = await Action.objects.aget(pk=pushed["action_id"])
-    assert action.callback_url == "https://agent.example.com/impri-hook"
+    assert action.callback_url == "http://127.0.0.1:9/impri-hook"
 
 
 async def test_report_takes_the_grant(approved, agent):
