@@ -370,3 +370,20 @@ def test_numbers_json_cannot_hold_are_refused_naming_the_field(agent, rita, spel
     response = agent.client().post(f"/actions/{pushed}/result", detail)
     assert response.status_code == 422 and "detail.fee" in response.content.decode()
     assert audit_log.verify().ok
+
+
+def test_a_queued_full_run_is_done_by_the_embedded_ticker_and_the_celery_task(agent, rita):
+    from audit.tasks import run_full_verifications
+    from impri.ticker import run_sweeps, slow_sweeps
+
+    make_action(agent.agent)
+    first = audit_log.request_full_verification(by="rita")
+    done = run_sweeps(slow_sweeps())
+    assert done["run_full_verifications"] == 1
+    first.refresh_from_db()
+    assert (first.status, first.ok, first.checked) == ("done", True, AuditEvent.objects.count())
+    second = audit_log.request_full_verification(by="rita")
+    assert run_full_verifications.apply().get() == 1
+    second.refresh_from_db()
+    assert second.ok is True and second.to_seq == AuditEvent.objects.count()
+    assert audit_log.run_full_verifications() == 0  # each run is done once
