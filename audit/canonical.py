@@ -86,3 +86,59 @@ def _encode(value, out: list[str]) -> None:
         out.append("]")
     else:
         raise TypeError(f"{type(value).__name__} is not a JSON value")
+
+
+# --- Scheme 1 events that PostgreSQL already rewrote ----------------------------------
+# Before scheme 2, a float such as 1e16 was hashed as "1e+16" but reads back from
+# jsonb as the integer 10000000000000000, and -0.0 as 0.0: the stored event no
+# longer hashes to its recorded hash although nobody changed it. Such a number
+# has exactly two possible spellings, so a scheme-1 event is also accepted when
+# one combination of them matches. Both spellings are the same value: this
+# accepts no other content.
+
+MAX_RESPELLINGS = 10  # 2^10 encodings at most per event
+
+
+def _respellable(value) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, float):
+        return value == 0  # 0.0 may have been -0.0
+    if isinstance(value, int) and abs(value) >= 10**16:
+        as_float = float(value)
+        return math.isfinite(as_float) and int(Decimal(repr(as_float))) == value
+    return False
+
+
+def _respell(value):
+    if isinstance(value, float):
+        return -0.0 if math.copysign(1, value) > 0 else 0.0
+    return float(value)
+
+
+def v1_respellings(value):
+    """Every scheme-1 encoding of ``value`` with its jsonb-rewritten numbers spelled back."""
+    slots: list[tuple[object, object]] = []
+
+    def walk(node, parent, key):
+        if isinstance(node, dict):
+            for k, item in node.items():
+                walk(item, node, k)
+        elif isinstance(node, list):
+            for index, item in enumerate(node):
+                walk(item, node, index)
+        elif parent is not None and _respellable(node):
+            slots.append((parent, key))
+
+    walk(value, None, None)
+    if not slots or len(slots) > MAX_RESPELLINGS:
+        return
+    originals = [parent[key] for parent, key in slots]
+    try:
+        for mask in range(1, 2 ** len(slots)):
+            for bit, ((parent, key), original) in enumerate(zip(slots, originals, strict=True)):
+                parent[key] = _respell(original) if mask >> bit & 1 else original
+            yield canonical_json_v1(value)
+    finally:
+        for (parent, key), original in zip(slots, originals, strict=True):
+            parent[key] = original

@@ -256,7 +256,7 @@ def _link_problem(entry: AuditEvent, expected_seq: int, prev_hash: str, scheme: 
         return f"unknown hash scheme {entry.scheme}"
     if entry.scheme < scheme:
         return f"hash scheme goes back from {scheme} to {entry.scheme}"
-    if entry.compute_hash() != entry.hash:
+    if not entry.hash_matches():
         return "hash does not match the event's content"
     return ""
 
