@@ -311,7 +311,13 @@ def last_verified(limit: int = 20) -> Anchor:
     database) and is passed over, so a forger cannot make routine checks skip
     events they changed.
     """
-    runs = VerificationRun.objects.filter(ok=True, to_seq__gt=0).order_by("-to_seq", "-pk")
+    # Only runs that were themselves anchored back to the genesis: a caller's
+    # checkpoint attests a hash at a seq, not that the events before it were checked.
+    runs = VerificationRun.objects.filter(
+        ok=True,
+        to_seq__gt=0,
+        kind__in=(VerificationRun.Kind.ROUTINE, VerificationRun.Kind.FULL),
+    ).order_by("-to_seq", "-pk")
     for run in runs[:limit]:
         if run.finished_at and hmac.compare_digest(_sign_run(run), run.signature):
             return Anchor(run.to_seq, run.to_hash)
@@ -341,8 +347,8 @@ def verify_checkpoint(checkpoint: dict, *, by: str = "") -> Verification:
 
 def _remember(kind: str, result: Verification, *, by: str, new_only: bool) -> None:
     """Keep a run that proved something new, or a failure not already on record."""
-    latest = VerificationRun.objects.filter(status=VerificationRun.Status.DONE).order_by("-pk")
-    latest = latest.first()
+    latest = VerificationRun.objects.filter(status=VerificationRun.Status.DONE, kind=kind)
+    latest = latest.order_by("-pk").first()
     if new_only and latest is not None:
         if result.ok and latest.ok and latest.to_seq >= result.last_seq:
             return

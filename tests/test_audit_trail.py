@@ -440,3 +440,13 @@ def test_a_chain_written_before_the_upgrade_verifies_in_the_database_and_goes_on
         )  # an old event tampered with
     result = audit_log.verify()
     assert not result.ok and result.first_broken_seq == 2
+
+
+def test_a_callers_checkpoint_never_becomes_the_routine_starting_point(agent, rita):
+    make_action(agent.agent)
+    checkpoint = audit_log.make_checkpoint()  # signed, but nothing before it was checked
+    with _audit_guards_lifted(connection), connection.cursor() as cursor:
+        cursor.execute("UPDATE audit_auditevent SET actor_id = 'mallory' WHERE seq = 1")
+    assert rita.client().post("/audit/verify", {"checkpoint": checkpoint}).json()["ok"]
+    routine = rita.client().get("/audit/verify").json()
+    assert routine["ok"] is False and routine["first_broken_seq"] == 1
