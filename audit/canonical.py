@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 from decimal import Decimal
+from json.encoder import encode_basestring as _string  # json.dumps' own, non-ASCII kept
 
 CURRENT_SCHEME = 2
 
@@ -44,7 +45,7 @@ def number_text(value: int | float) -> str:
     if isinstance(value, bool):
         raise TypeError("a boolean is not a number")
     if isinstance(value, int):
-        return str(value)
+        return int.__repr__(value)  # digits, also for an IntEnum
     if not math.isfinite(value):
         raise ValueError(f"{value!r} is not a JSON number")
     if value == 0:
@@ -56,34 +57,41 @@ def number_text(value: int | float) -> str:
 
 
 def _encode(value, out: list[str]) -> None:
-    if value is None:
-        out.append("null")
-    elif value is True:
-        out.append("true")
-    elif value is False:
-        out.append("false")
-    elif isinstance(value, str):
-        out.append(json.dumps(value, ensure_ascii=False))
-    elif isinstance(value, int | float):
-        out.append(number_text(value))
-    elif isinstance(value, dict):
+    kind = type(value)
+    if kind is str:
+        out.append(_string(value))
+    elif kind is dict:
         out.append("{")
-        for index, key in enumerate(sorted(value)):
-            if not isinstance(key, str):
+        first = True
+        for key in sorted(value):
+            if type(key) is not str:
                 raise TypeError(f"object keys must be strings, not {type(key).__name__}")
-            if index:
+            if not first:
                 out.append(",")
-            out.append(json.dumps(key, ensure_ascii=False))
+            first = False
+            out.append(_string(key))
             out.append(":")
             _encode(value[key], out)
         out.append("}")
-    elif isinstance(value, list | tuple):
+    elif kind is list or kind is tuple:
         out.append("[")
         for index, item in enumerate(value):
             if index:
                 out.append(",")
             _encode(item, out)
         out.append("]")
+    elif value is None:
+        out.append("null")
+    elif value is True:
+        out.append("true")
+    elif value is False:
+        out.append("false")
+    elif kind is int:
+        out.append(str(value))
+    elif isinstance(value, int | float):
+        out.append(number_text(value))
+    elif isinstance(value, str):
+        out.append(_string(str(value)))
     else:
         raise TypeError(f"{type(value).__name__} is not a JSON value")
 
