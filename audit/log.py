@@ -422,6 +422,16 @@ def run_full_verifications() -> int:
     return done
 
 
+def verify_full_now(*, by: str, checkpoints: list[dict] = ()) -> Verification:
+    """A full verification run here and now (``impri audit verify``), recorded like a queued one."""
+    result = verify(checkpoints=[*checkpoints, *_stored_checkpoints()])
+    run = VerificationRun(
+        kind=VerificationRun.Kind.FULL, requested_by=by, requested_at=timezone.now()
+    )
+    _finish(run, result)
+    return result
+
+
 def _stored_checkpoints(limit: int = 1000) -> list[dict]:
     pins = []
     runs = VerificationRun.objects.filter(ok=True, to_seq__gt=0).order_by("-to_seq")[:limit]

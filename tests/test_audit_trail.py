@@ -450,3 +450,17 @@ def test_a_callers_checkpoint_never_becomes_the_routine_starting_point(agent, ri
     assert rita.client().post("/audit/verify", {"checkpoint": checkpoint}).json()["ok"]
     routine = rita.client().get("/audit/verify").json()
     assert routine["ok"] is False and routine["first_broken_seq"] == 1
+
+
+def test_the_verify_command_leaves_a_full_run_that_routine_checks_start_after(agent, rita):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    make_action(agent.agent)
+    out = StringIO()
+    call_command("audit", "verify", stdout=out)
+    assert out.getvalue().startswith("ok: ")
+    run = VerificationRun.objects.get(kind="full")
+    assert run.ok and run.to_seq == AuditEvent.objects.count() and run.requested_by == "cli"
+    assert rita.client().get("/audit/verify").json()["checked"] == 0
