@@ -61,6 +61,11 @@ def _atomic():
 
 
 def payload_sha256(payload: dict) -> str:
+    """SHA-256 of the payload's canonical encoding (``audit.canonical``: numbers by value).
+
+    The one digest used everywhere (push, reviews, approval, result, the four-eyes
+    check): a payload as pushed and as read back from either database hash alike.
+    """
     return hashlib.sha256(canonical_json(payload)).hexdigest()
 
 

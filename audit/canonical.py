@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 from decimal import Decimal
+from json.encoder import encode_basestring as _string  # json.dumps' own, non-ASCII kept
 
 CURRENT_SCHEME = 2
 
@@ -56,7 +57,9 @@ def number_text(value: int | float) -> str:
     if isinstance(value, bool):
         raise TypeError("a boolean is not a number")
     if isinstance(value, int):
-        return str(value) if abs(value) < EXACT_INT_LIMIT else _double_text(float(value))
+        if -EXACT_INT_LIMIT < value < EXACT_INT_LIMIT:
+            return int.__repr__(value)  # digits, also for an IntEnum
+        return _double_text(float(value))
     return _double_text(value)
 
 
@@ -86,38 +89,102 @@ def _double_text(x: float) -> str:
 
 
 def _utf16(key: str) -> bytes:
+    """RFC 8785 sorts keys by their UTF-16 code units."""
     return key.encode("utf-16-be", "surrogatepass")
 
 
 def _encode(value, out: list[str]) -> None:
-    if value is None:
-        out.append("null")
-    elif value is True:
-        out.append("true")
-    elif value is False:
-        out.append("false")
-    elif isinstance(value, str):
-        out.append(json.dumps(value, ensure_ascii=False))
-    elif isinstance(value, int | float):
-        out.append(number_text(value))
-    elif isinstance(value, dict):
-        for key in value:
-            if not isinstance(key, str):
-                raise TypeError(f"object keys must be strings, not {type(key).__name__}")
+    kind = type(value)
+    if kind is str:
+        out.append(_string(value))
+    elif kind is dict:
         out.append("{")
-        for index, key in enumerate(sorted(value, key=_utf16)):
-            if index:
+        first = True
+        for key in value:
+            if type(key) is not str:
+                raise TypeError(f"object keys must be strings, not {type(key).__name__}")
+        for key in sorted(value, key=_utf16):
+            if not first:
                 out.append(",")
-            out.append(json.dumps(key, ensure_ascii=False))
+            first = False
+            out.append(_string(key))
             out.append(":")
             _encode(value[key], out)
         out.append("}")
-    elif isinstance(value, list | tuple):
+    elif kind is list or kind is tuple:
         out.append("[")
         for index, item in enumerate(value):
             if index:
                 out.append(",")
             _encode(item, out)
         out.append("]")
+    elif value is None:
+        out.append("null")
+    elif value is True:
+        out.append("true")
+    elif value is False:
+        out.append("false")
+    elif kind is int and -EXACT_INT_LIMIT < value < EXACT_INT_LIMIT:
+        out.append(str(value))
+    elif isinstance(value, int | float):
+        out.append(number_text(value))
+    elif isinstance(value, str):
+        out.append(_string(str(value)))
     else:
         raise TypeError(f"{type(value).__name__} is not a JSON value")
+
+
+# --- Scheme 1 events that PostgreSQL already rewrote ----------------------------------
+# Before scheme 2, a float such as 1e16 was hashed as "1e+16" but reads back from
+# jsonb as the integer 10000000000000000, and -0.0 as 0.0: the stored event no
+# longer hashes to its recorded hash although nobody changed it. Such a number
+# has exactly two possible spellings, so a scheme-1 event is also accepted when
+# one combination of them matches. Both spellings are the same value: this
+# accepts no other content.
+
+MAX_RESPELLINGS = 10  # 2^10 encodings at most per event
+
+
+def _respellable(value) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, float):
+        return value == 0  # 0.0 may have been -0.0
+    if isinstance(value, int) and abs(value) >= 10**16:
+        as_float = float(value)
+        return math.isfinite(as_float) and int(Decimal(repr(as_float))) == value
+    return False
+
+
+def _respell(value):
+    if isinstance(value, float):
+        return -0.0 if math.copysign(1, value) > 0 else 0.0
+    return float(value)
+
+
+def v1_respellings(value):
+    """Every scheme-1 encoding of ``value`` with its jsonb-rewritten numbers spelled back."""
+    slots: list[tuple[object, object]] = []
+
+    def walk(node, parent, key):
+        if isinstance(node, dict):
+            for k, item in node.items():
+                walk(item, node, k)
+        elif isinstance(node, list):
+            for index, item in enumerate(node):
+                walk(item, node, index)
+        elif parent is not None and _respellable(node):
+            slots.append((parent, key))
+
+    walk(value, None, None)
+    if not slots or len(slots) > MAX_RESPELLINGS:
+        return
+    originals = [parent[key] for parent, key in slots]
+    try:
+        for mask in range(1, 2 ** len(slots)):
+            for bit, ((parent, key), original) in enumerate(zip(slots, originals, strict=True)):
+                parent[key] = _respell(original) if mask >> bit & 1 else original
+            yield canonical_json_v1(value)
+    finally:
+        for (parent, key), original in zip(slots, originals, strict=True):
+            parent[key] = original

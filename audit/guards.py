@@ -7,6 +7,11 @@ since Django empties tables between transactional tests.
 - ``audit_auditevent``: UPDATE, DELETE (and on PostgreSQL TRUNCATE) refused.
 - ``audit_chainhead``: DELETE (and TRUNCATE) refused, and an UPDATE that moves
   the head back; the head is what tells verification how long the chain is.
+
+A future migration that remakes either table on SQLite (Django does so for most
+AddField/AlterField there) drops its triggers with the old table: end such a
+migration with ``RunPython`` calling :func:`install` again.
+``tests/test_audit_trail.py`` fails if they are missing after all migrations.
 """
 
 from __future__ import annotations

@@ -269,7 +269,7 @@ def _link_problem(entry: AuditEvent, expected_seq: int, prev_hash: str, scheme: 
         return f"unknown hash scheme {entry.scheme}"
     if entry.scheme < scheme:
         return f"hash scheme goes back from {scheme} to {entry.scheme}"
-    if entry.compute_hash() != entry.hash:
+    if not entry.hash_matches():
         return "hash does not match the event's content"
     return ""
 
@@ -324,7 +324,13 @@ def last_verified(limit: int = 20) -> Anchor:
     database) and is passed over, so a forger cannot make routine checks skip
     events they changed.
     """
-    runs = VerificationRun.objects.filter(ok=True, to_seq__gt=0).order_by("-to_seq", "-pk")
+    # Only runs that were themselves anchored back to the genesis: a caller's
+    # checkpoint attests a hash at a seq, not that the events before it were checked.
+    runs = VerificationRun.objects.filter(
+        ok=True,
+        to_seq__gt=0,
+        kind__in=(VerificationRun.Kind.ROUTINE, VerificationRun.Kind.FULL),
+    ).order_by("-to_seq", "-pk")
     for run in runs[:limit]:
         if run.finished_at and hmac.compare_digest(_sign_run(run), run.signature):
             return Anchor(run.to_seq, run.to_hash)
@@ -354,8 +360,8 @@ def verify_checkpoint(checkpoint: dict, *, by: str = "") -> Verification:
 
 def _remember(kind: str, result: Verification, *, by: str, new_only: bool) -> None:
     """Keep a run that proved something new, or a failure not already on record."""
-    latest = VerificationRun.objects.filter(status=VerificationRun.Status.DONE).order_by("-pk")
-    latest = latest.first()
+    latest = VerificationRun.objects.filter(status=VerificationRun.Status.DONE, kind=kind)
+    latest = latest.order_by("-pk").first()
     if new_only and latest is not None:
         if result.ok and latest.ok and latest.to_seq >= result.last_seq:
             return
@@ -427,6 +433,16 @@ def run_full_verifications() -> int:
         _finish(run, verify(checkpoints=_stored_checkpoints()))
         done += 1
     return done
+
+
+def verify_full_now(*, by: str, checkpoints: list[dict] = ()) -> Verification:
+    """A full verification run here and now (``impri audit verify``), recorded like a queued one."""
+    result = verify(checkpoints=[*checkpoints, *_stored_checkpoints()])
+    run = VerificationRun(
+        kind=VerificationRun.Kind.FULL, requested_by=by, requested_at=timezone.now()
+    )
+    _finish(run, result)
+    return result
 
 
 def _stored_checkpoints(limit: int = 1000) -> list[dict]:

@@ -154,7 +154,10 @@ def test_export_as_jsonl_and_csv_with_filters(agent, rita):
         "audit", "export", "--format", "csv", "--since", "2000-01-01T00:00:00Z", stdout=out
     )
     lines = out.getvalue().splitlines()
-    assert lines[0] == "seq,scheme,at,actor_type,actor_id,actor_ref,action_id,event,data,prev_hash,hash"
+    assert (
+        lines[0]
+        == "seq,scheme,at,actor_type,actor_id,actor_ref,action_id,event,data,prev_hash,hash"
+    )
     assert len(lines) == 1 + AuditEvent.objects.count()
     out = StringIO()
     call_command("audit", "export", "--until", "2000-01-01T00:00:00Z", stdout=out)

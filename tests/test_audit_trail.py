@@ -370,3 +370,97 @@ def test_numbers_json_cannot_hold_are_refused_naming_the_field(agent, rita, spel
     response = agent.client().post(f"/actions/{pushed}/result", detail)
     assert response.status_code == 422 and "detail.fee" in response.content.decode()
     assert audit_log.verify().ok
+
+
+def test_a_queued_full_run_is_done_by_the_embedded_ticker_and_the_celery_task(agent, rita):
+    from audit.tasks import run_full_verifications
+    from impri.ticker import run_sweeps, slow_sweeps
+
+    make_action(agent.agent)
+    first = audit_log.request_full_verification(by="rita")
+    done = run_sweeps(slow_sweeps())
+    assert done["run_full_verifications"] == 1
+    first.refresh_from_db()
+    assert (first.status, first.ok, first.checked) == ("done", True, AuditEvent.objects.count())
+    second = audit_log.request_full_verification(by="rita")
+    assert run_full_verifications.apply().get() == 1
+    second.refresh_from_db()
+    assert second.ok is True and second.to_seq == AuditEvent.objects.count()
+    assert audit_log.run_full_verifications() == 0  # each run is done once
+
+
+def _write_as_before_the_upgrade(datas: list[dict]) -> None:
+    """Append scheme-1 events the way the old code did: hashed over the value in memory."""
+    from django.utils import timezone
+
+    with transaction.atomic():
+        head = ChainHead.objects.get_or_create(pk=1)[0]
+        seq, prev = head.seq, head.hash
+        events = []
+        for data in datas:
+            seq += 1
+            event = AuditEvent(
+                seq=seq,
+                scheme=1,
+                at=timezone.now(),
+                actor_type="agent",
+                actor_id="support-bot",
+                event="result.reported",
+                data=data,
+                prev_hash=prev,
+            )
+            event.hash = prev = event.compute_hash()
+            events.append(event)
+        AuditEvent.objects.bulk_create(events)
+        ChainHead.objects.filter(pk=1).update(seq=seq, hash=prev)
+
+
+def test_a_chain_written_before_the_upgrade_verifies_in_the_database_and_goes_on(db):
+    from tests.conftest import make_agent
+
+    _write_as_before_the_upgrade(
+        [
+            {"detail": {"x": 1e20, "y": -0.0, "z": 1e16}},  # what jsonb rewrote
+            {"detail": {"n": 8400, "rate": 0.1, "ok": True}},
+            {"detail": {"big": [2.0**63, 0.0, 12345678901234567890]}},
+        ]
+    )
+    make_action(make_agent("support-bot").agent)  # scheme 2 from here on
+    result = audit_log.verify()
+    assert result.ok, result
+    schemes = list(AuditEvent.objects.values_list("scheme", flat=True))
+    assert schemes[:4] == [1, 1, 1, 2] and set(schemes[3:]) == {2}
+    if connection.vendor == "postgresql":
+        # jsonb rewrote 1e20, -0.0 and 1e16: only their old spelling matches the old hash.
+        rewritten = AuditEvent.objects.get(seq=1)
+        assert rewritten.compute_hash() != rewritten.hash and rewritten.hash_matches()
+    with _audit_guards_lifted(connection), connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE audit_auditevent SET actor_id = 'mallory' WHERE seq = 2"
+        )  # an old event tampered with
+    result = audit_log.verify()
+    assert not result.ok and result.first_broken_seq == 2
+
+
+def test_a_callers_checkpoint_never_becomes_the_routine_starting_point(agent, rita):
+    make_action(agent.agent)
+    checkpoint = audit_log.make_checkpoint()  # signed, but nothing before it was checked
+    with _audit_guards_lifted(connection), connection.cursor() as cursor:
+        cursor.execute("UPDATE audit_auditevent SET actor_id = 'mallory' WHERE seq = 1")
+    assert rita.client().post("/audit/verify", {"checkpoint": checkpoint}).json()["ok"]
+    routine = rita.client().get("/audit/verify").json()
+    assert routine["ok"] is False and routine["first_broken_seq"] == 1
+
+
+def test_the_verify_command_leaves_a_full_run_that_routine_checks_start_after(agent, rita):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    make_action(agent.agent)
+    out = StringIO()
+    call_command("audit", "verify", stdout=out)
+    assert out.getvalue().startswith("ok: ")
+    run = VerificationRun.objects.get(kind="full")
+    assert run.ok and run.to_seq == AuditEvent.objects.count() and run.requested_by == "cli"
+    assert rita.client().get("/audit/verify").json()["checked"] == 0

@@ -290,3 +290,43 @@ class TestDryRunNeedsTheRulesPermissions:
         self._grant(user, "change_rule")
         response = client.post("/admin/rules/rule/dry-run/", post)
         assert response.status_code == 200 and "Replayed" in response.content.decode()
+
+
+class TestUpgrade:
+    def _migration(self):
+        import importlib
+
+        return importlib.import_module("rules.migrations.0003_trail_versions")
+
+    def test_budget_counters_keyed_by_name_move_to_the_agent_id(self, agent):
+        from django.apps import apps
+
+        from rules.models import BudgetCounter
+
+        start = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
+        BudgetCounter.objects.create(
+            rule="small refunds", scope="agent:support-bot", window_start=start, total=45000
+        )
+        BudgetCounter.objects.create(
+            rule="per customer",
+            scope='agent:support-bot|context.customer="c1"',
+            window_start=start,
+            total=1,
+        )
+        BudgetCounter.objects.create(
+            rule="small refunds", scope="agent:gone-bot", window_start=start, total=1
+        )
+        self._migration().key_budgets_by_agent_id(apps, None)
+        scopes = set(BudgetCounter.objects.values_list("scope", flat=True))
+        pk = agent.agent.pk
+        assert scopes == {f"agent#{pk}", f'agent#{pk}|context.customer="c1"', "agent:gone-bot"}
+
+    def test_the_rule_set_in_force_at_the_upgrade_is_kept(self, db, seed_file):
+        from django.apps import apps
+
+        from rules.models import RuleSetVersion
+
+        run("rules", "import", str(seed_file))
+        RuleSetVersion.objects.all().delete()  # as before the upgrade
+        self._migration().keep_current_version(apps, None)
+        assert yaml.safe_load(run("rules", "show", "--version", "1")) == yaml.safe_load(SEED_RULES)

@@ -38,7 +38,8 @@ class Command(BaseCommand):
 
     def _verify(self, checkpoints: str | None, **options):
         pins = _read_checkpoints(checkpoints) if checkpoints else []
-        result = log.verify(checkpoints=pins)
+        # Recorded as a full run: routine checks (GET /api/v1/audit/verify) start after it.
+        result = log.verify_full_now(by="cli", checkpoints=pins)
         if result.ok:
             suffix = f", {len(pins)} checkpoint(s) hold" if pins else ""
             self.stdout.write(f"ok: {result.checked} event(s), chain intact{suffix}")
