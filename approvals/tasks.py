@@ -35,3 +35,17 @@ def deliver_webhooks() -> int:
 @shared_task
 def send_notifications() -> int:
     return notify.send_due()
+
+
+@shared_task
+def prune_history() -> dict:
+    from . import retention
+
+    return retention.prune()
+
+
+@shared_task
+def verify_audit_chain() -> bool:
+    from audit import verification
+
+    return verification.verify_and_record().ok

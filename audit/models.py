@@ -79,3 +79,23 @@ class ChainHead(models.Model):
 
     def __str__(self) -> str:
         return f"chain head at #{self.seq}"
+
+
+class ChainVerification(models.Model):
+    """The outcome of the latest full verify (one row): what metrics and the admin report.
+
+    Written by every verify (``impri audit verify``, ``GET /audit/verify`` and
+    the periodic one), so a replica that never verified itself still reports
+    the last result.
+    """
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    at = models.DateTimeField()
+    ok = models.BooleanField()
+    checked = models.BigIntegerField(default=0)
+    first_broken_seq = models.BigIntegerField(null=True, blank=True)
+    problem = models.TextField(blank=True)
+
+    def __str__(self) -> str:
+        verdict = "intact" if self.ok else f"BROKEN at #{self.first_broken_seq}"
+        return f"chain {verdict} ({self.checked} events, {self.at:%Y-%m-%d %H:%M} UTC)"

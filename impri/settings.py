@@ -271,6 +271,9 @@ IMPRI_MAX_TITLE_CHARS = 200
 IMPRI_MCP_AWAIT_CAP_S = envfloat("IMPRI_MCP_AWAIT_CAP_S", "50", minimum=1)
 IMPRI_MCP_PROGRESS_EVERY_S = envfloat("IMPRI_MCP_PROGRESS_EVERY_S", "12", minimum=0.1)
 
+# Bearer token Prometheus scrapes /metrics with; unset: no metrics endpoint (404).
+IMPRI_METRICS_TOKEN = env("IMPRI_METRICS_TOKEN")
+
 # Django refuses to parse bodies past this; the middleware answers 413 first.
 DATA_UPLOAD_MAX_MEMORY_SIZE = IMPRI_MAX_BODY_BYTES
 
@@ -303,6 +306,12 @@ IMPRI_WEBHOOK_TIMEOUT_S = envfloat("IMPRI_WEBHOOK_TIMEOUT_S", "10", minimum=0.1)
 IMPRI_WEBHOOK_LEASE_S = envfloat("IMPRI_WEBHOOK_LEASE_S", "60", minimum=1)
 # A delivery sweep stops taking new rows after this long, so one dead endpoint can't hold it.
 IMPRI_DELIVERY_SWEEP_BUDGET_S = envfloat("IMPRI_DELIVERY_SWEEP_BUDGET_S", "30", minimum=0)
+# Delivered (or given-up) webhooks with their attempts, notifications and budget
+# windows older than this many days are pruned every hour; 0 keeps them. Never the audit log.
+IMPRI_RETENTION_DAYS = envint("IMPRI_RETENTION_DAYS", "90", minimum=0)
+# How often the whole audit chain is verified in the background (seconds); 0: only on demand.
+IMPRI_AUDIT_VERIFY_EVERY_S = envint("IMPRI_AUDIT_VERIFY_EVERY_S", "3600", minimum=0)
+IMPRI_HOUSEKEEPING_EVERY_S = 3600
 CELERY_BEAT_SCHEDULE = {
     "expire-overdue": {"task": "approvals.tasks.expire_overdue", "schedule": IMPRI_TICK_S},
     "deliver-webhooks": {"task": "approvals.tasks.deliver_webhooks", "schedule": IMPRI_TICK_S},
@@ -313,7 +322,16 @@ CELERY_BEAT_SCHEDULE = {
         "task": "approvals.tasks.flag_stale_approvals",
         "schedule": IMPRI_SLOW_TICK_S,
     },
+    "prune-history": {
+        "task": "approvals.tasks.prune_history",
+        "schedule": IMPRI_HOUSEKEEPING_EVERY_S,
+    },
 }
+if IMPRI_AUDIT_VERIFY_EVERY_S:
+    CELERY_BEAT_SCHEDULE["verify-audit-chain"] = {
+        "task": "approvals.tasks.verify_audit_chain",
+        "schedule": IMPRI_AUDIT_VERIFY_EVERY_S,
+    }
 
 # --- Email (notifications) ------------------------------------------------------
 # Without EMAIL_HOST, mail is written to the log instead of being sent.

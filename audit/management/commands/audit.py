@@ -8,7 +8,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 from django.utils.dateparse import parse_datetime
 
-from audit import export, log
+from audit import export, log, verification
 
 
 class Command(BaseCommand):
@@ -38,7 +38,7 @@ class Command(BaseCommand):
 
     def _verify(self, checkpoints: str | None, **options):
         pins = _read_checkpoints(checkpoints) if checkpoints else []
-        result = log.verify(checkpoints=pins)
+        result = verification.verify_and_record(checkpoints=pins)
         if result.ok:
             suffix = f", {len(pins)} checkpoint(s) hold" if pins else ""
             self.stdout.write(f"ok: {result.checked} event(s), chain intact{suffix}")
