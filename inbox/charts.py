@@ -17,6 +17,7 @@ HEIGHT = 200
 LEFT = 48  # room for the y-axis labels
 BOTTOM = 22  # room for the x-axis labels
 TOP = 8
+RIGHT = 24  # room for the last day's label
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ def _y_labels(top: float, fmt=str) -> list[Label]:
 def volume(days: list[Day]) -> dict:
     """Stacked bars: actions pushed per day, split by outcome."""
     top = nice_max(max((d.pushed for d in days), default=0))
-    slot = (WIDTH - LEFT) / max(1, len(days))
+    slot = (WIDTH - LEFT - RIGHT) / max(1, len(days))
     plot = HEIGHT - BOTTOM - TOP
     rects = []
     for i, day in enumerate(days):
@@ -113,7 +114,7 @@ def duration(seconds: float | None) -> str:
 def decision_lines(days: list[Day]) -> dict:
     """Two lines over the days: median and p90 time to decision (days without decisions skipped)."""
     top = nice_max(max((d.p90_s or 0 for d in days), default=0))
-    slot = (WIDTH - LEFT) / max(1, len(days))
+    slot = (WIDTH - LEFT - RIGHT) / max(1, len(days))
     plot = HEIGHT - BOTTOM - TOP
     series = {}
     for name in ("median", "p90"):

@@ -180,12 +180,12 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         return render(
             request, "inbox/dashboard.html", {"form": form, "view": "dashboard"}, status=400
         )
-    figures = dashboard_figures.figures(form.cleaned_data["since"], form.cleaned_data["until"])
+    since, until = form.cleaned_data["since"], form.cleaned_data["until"]
+    figures = dashboard_figures.figures(since, until)
     export = form.cleaned_data["export"]
     if export:
         return csv_export.response(figures, export)
     context = {
-        "form": form,
         "view": "dashboard",
         "figures": figures,
         "volume": charts.volume(figures.days),
@@ -201,6 +201,8 @@ def dashboard(request: HttpRequest) -> HttpResponse:
             dimension: charts.horizontal(figures.refunded_rows(dimension))
             for dimension in ("rule", "agent", "reviewer")
         },
-        "query": request.GET.urlencode(),
+        # The range shown, defaults filled in, so the inputs and the CSV links say what it is.
+        "form": DashboardRangeForm({"since": since, "until": until}, today=until),
+        "query": f"since={since.isoformat()}&until={until.isoformat()}",
     }
     return render(request, "inbox/dashboard.html", context)

@@ -164,6 +164,14 @@ def test_the_page_shows_the_figures_as_svg_under_the_csp(history, lead):
     assert 'data-figure="stale">1<' in html
     assert "style=" not in html and "<script>" not in html
     assert 'aria-current="page">Dashboard' in html
+    assert 'href="?since=2026-03-01&amp;until=2026-03-03&amp;export=daily"' in html
+    assert 'value="2026-03-01"' in html and 'value="2026-03-03"' in html
+
+
+def test_without_a_range_it_shows_the_last_30_days(lead):
+    with time_machine.travel(NOW, tick=False):
+        html = lead.get("/inbox/dashboard/").content.decode()
+    assert 'value="2026-02-09"' in html and 'value="2026-03-10"' in html
 
 
 def test_the_number_of_queries_does_not_grow_with_the_data(history, lead, agent):
