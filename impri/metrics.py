@@ -23,13 +23,15 @@ from collections import defaultdict
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Count, F, Max, Min, Q, Sum
+from django.db.models import Count, F, Max, Q, Sum
 from django.http import Http404, HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from . import ops
 
 # Seconds from push to a reviewer's decision: minutes to a day.
 DECISION_BUCKETS = (10, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 8 * 3600, 86400, 7 * 86400)
@@ -180,32 +182,25 @@ def decision_seconds():
 
 
 def queue(now):
-    from approvals.models import Action, ActionStatus
-
-    row = Action.objects.order_by().aggregate(
-        pending=Count("pk", filter=Q(status=ActionStatus.PENDING, expires_at__gt=now)),
-        oldest=Min("created_at", filter=Q(status=ActionStatus.PENDING, expires_at__gt=now)),
-        stale=Count("pk", filter=Q(status=ActionStatus.APPROVED, stale_flagged_at__isnull=False)),
-    )
+    figures = ops.queue(now)
     yield GaugeMetricFamily(
-        "impri_actions_pending", "Actions waiting for a reviewer (the queue).", value=row["pending"]
+        "impri_actions_pending",
+        "Actions waiting for a reviewer (the queue).",
+        value=figures.pending,
     )
-    oldest = (now - row["oldest"]).total_seconds() if row["oldest"] else 0.0
     yield GaugeMetricFamily(
         "impri_actions_pending_oldest_seconds",
         "Age of the oldest action waiting for a reviewer (0 when none).",
-        value=oldest,
+        value=figures.oldest_pending_s,
     )
     yield GaugeMetricFamily(
         "impri_actions_stale",
         "Approved actions flagged stale: no result reported within IMPRI_REPORT_DEADLINE_S.",
-        value=row["stale"],
+        value=figures.stale,
     )
 
 
 def outbox(now):
-    from approvals.models import Notification, WebhookDelivery
-
     due = GaugeMetricFamily(
         "impri_outbox_due", "Outbox rows due for delivery now, by lane.", labels=["lane"]
     )
@@ -224,28 +219,17 @@ def outbox(now):
         "Outbox rows given up after a day of failures (kept until IMPRI_RETENTION_DAYS), by lane.",
         labels=["lane"],
     )
-    for lane, model in (("webhooks", WebhookDelivery), ("notifications", Notification)):
-        open_rows = Q(delivered_at__isnull=True, gave_up_at__isnull=True)
-        is_due = open_rows & Q(next_attempt_at__lte=now)
-        row = model.objects.order_by().aggregate(
-            due=Count("pk", filter=is_due),
-            oldest=Min("next_attempt_at", filter=is_due),
-            failing=Count("pk", filter=open_rows & Q(attempts__gt=0) & ~Q(last_error="")),
-            gave_up=Count("pk", filter=Q(gave_up_at__isnull=False)),
-        )
-        due.add_metric([lane], row["due"])
-        oldest.add_metric([lane], (now - row["oldest"]).total_seconds() if row["oldest"] else 0.0)
-        failing.add_metric([lane], row["failing"])
-        gave_up.add_metric([lane], row["gave_up"])
+    for lane in ops.outbox(now):
+        due.add_metric([lane.name], lane.due)
+        oldest.add_metric([lane.name], lane.oldest_due_s)
+        failing.add_metric([lane.name], lane.failing)
+        gave_up.add_metric([lane.name], lane.gave_up)
     yield from (due, oldest, failing, gave_up)
 
 
 def audit_chain():
-    from audit.models import ChainHead, ChainVerification
-
-    head = ChainHead.objects.filter(pk=1).values_list("seq", flat=True).first() or 0
+    head, last = ops.chain()
     yield GaugeMetricFamily("impri_audit_events", "Events in the audit chain.", value=head)
-    last = ChainVerification.objects.filter(pk=1).first()
     verified = GaugeMetricFamily(
         "impri_audit_chain_ok",
         "1 if the latest full verify found the chain intact, 0 if broken (absent: never verified).",
