@@ -95,7 +95,7 @@ CSRF_TRUSTED_ORIGINS = [o.strip() for o in env("CSRF_TRUSTED_ORIGINS").split(","
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    "impri.apps.ImpriAdminConfig",  # django.contrib.admin with Impri's site
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
