@@ -150,12 +150,16 @@ NAME_WIDTH = 200
 
 
 def horizontal(rows: list[tuple[str, str, int, int]], limit: int = 10) -> dict:
-    """One bar per (name, currency), the largest first: refunded amounts."""
+    """One bar per (name, currency), the largest first: refunded amounts, scaled per currency."""
     shown = rows[:limit]
-    top = max((cents for _, _, cents, _ in shown), default=0) or 1
+    # One scale per currency: a bar of euros is never measured against dollars.
+    tops: dict[str, int] = {}
+    for _, currency, cents, _ in shown:
+        tops[currency] = max(tops.get(currency, 0), cents)
     room = WIDTH - NAME_WIDTH - 120
     bars = []
     for i, (name, currency, cents, count) in enumerate(shown):
+        top = tops[currency] or 1
         amount = money(cents, currency)
         bars.append(
             {
