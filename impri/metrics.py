@@ -293,7 +293,8 @@ def _authorized(request: HttpRequest, token: str) -> bool:
 
 @never_cache
 @require_GET
-def metrics_view(request: HttpRequest) -> HttpResponse:
+async def metrics_view(request: HttpRequest) -> HttpResponse:
+    """The exposition; its queries run on approvals.dbexec's pool, never on the shared sync thread."""
     token = settings.IMPRI_METRICS_TOKEN
     if not token:
         raise Http404("metrics are off: set IMPRI_METRICS_TOKEN")
@@ -305,4 +306,7 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
         )
         response["WWW-Authenticate"] = 'Bearer realm="impri-metrics"'
         return response
-    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+    from approvals import dbexec
+
+    body = await dbexec.run(generate_latest, registry)
+    return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
