@@ -123,3 +123,34 @@ def test_the_due_sweep_reads_the_partial_index_of_open_rows(model):
             cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
         plan = " ".join(str(row) for row in cursor.fetchall())
     assert index in plan, plan
+
+
+def test_beat_runs_the_prune_and_the_verify_on_a_schedule(settings):
+    from impri.celery import app
+
+    schedule = {
+        entry["task"]: entry["schedule"] for entry in settings.CELERY_BEAT_SCHEDULE.values()
+    }
+    assert schedule["approvals.tasks.prune_history"] == 3600
+    assert schedule["approvals.tasks.verify_audit_chain"] == settings.IMPRI_AUDIT_VERIFY_EVERY_S
+    app.loader.import_default_modules()
+    assert {"approvals.tasks.prune_history", "approvals.tasks.verify_audit_chain"} <= set(app.tasks)
+
+
+def test_the_embedded_ticker_runs_them_hourly_after_its_first_minute(settings):
+    from approvals.retention import prune
+    from audit.verification import verify_and_record
+    from impri.ticker import housekeeping
+
+    settings.IMPRI_AUDIT_VERIFY_EVERY_S = 600
+    runs: dict[str, float] = {}
+    assert housekeeping(1000.0, runs) == []  # at start: not during it
+    assert housekeeping(1059.0, runs) == []
+    assert housekeeping(1060.0, runs) == [prune, verify_and_record]
+    assert housekeeping(1100.0, runs) == []
+    assert housekeeping(1660.0, runs) == [verify_and_record]
+    assert housekeeping(4660.0, runs) == [prune, verify_and_record]
+    settings.IMPRI_AUDIT_VERIFY_EVERY_S = 0
+    runs = {}
+    assert housekeeping(9999.0, runs) == []
+    assert housekeeping(10059.0, runs) == [prune]  # no periodic verify when it is 0
