@@ -96,6 +96,9 @@ class ChainVerification(models.Model):
     first_broken_seq = models.BigIntegerField(null=True, blank=True)
     problem = models.TextField(blank=True)
 
+    class Meta:
+        verbose_name = "latest chain verification"
+
     def __str__(self) -> str:
         verdict = "intact" if self.ok else f"BROKEN at #{self.first_broken_seq}"
         return f"chain {verdict} ({self.checked} events, {self.at:%Y-%m-%d %H:%M} UTC)"

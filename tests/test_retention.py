@@ -154,3 +154,19 @@ def test_the_embedded_ticker_runs_them_hourly_after_its_first_minute(settings):
     runs = {}
     assert housekeeping(9999.0, runs) == []
     assert housekeeping(10059.0, runs) == [prune]  # no periodic verify when it is 0
+
+
+def test_the_prune_command_says_what_it_removed(agent):
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    delivery(agent.agent, created_days_ago=12, delivered_at=ago(11))
+    out = StringIO()
+    call_command("prune", "--days", "10", stdout=out)
+    assert out.getvalue().strip() == (
+        "Pruned what is older than 10 days: 1 webhook deliveries, 2 webhook attempts, "
+        "0 notifications, 0 budget counters."
+    )
+    with pytest.raises(CommandError, match="--days must be at least 1"):
+        call_command("prune", "--days", "0")
