@@ -39,6 +39,12 @@ DECISION_BUCKETS = (10, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 8 * 3600, 86400,
 # milliseconds, the safety-net re-read in IMPRI_AWAIT_REREAD_S.
 WAKE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
+# Kinds and budget scopes are chosen by agents: one agent inventing a kind per push must
+# not grow Prometheus by a series per push. Past this many values a label's smallest
+# ones are summed into OTHER.
+MAX_LABEL_VALUES = 100
+OTHER = "(other)"
+
 registry = CollectorRegistry()
 
 wake_seconds = Histogram(
@@ -107,11 +113,24 @@ def actions_pushed():
     from approvals.models import Action
 
     family = CounterMetricFamily(
-        "impri_actions_pushed", "Actions pushed by agents, by kind.", labels=["kind"]
+        "impri_actions_pushed",
+        f"Actions pushed by agents, by kind (past {MAX_LABEL_VALUES} kinds the rest are {OTHER}).",
+        labels=["kind"],
     )
-    for row in Action.objects.order_by().values("kind").annotate(n=Count("pk")):
-        family.add_metric([row["kind"]], row["n"])
+    counts = Action.objects.order_by().values_list("kind").annotate(n=Count("pk"))
+    for kind, n in capped(dict(counts)).items():
+        family.add_metric([kind], n)
     yield family
+
+
+def capped(values: dict[str, float], limit: int = MAX_LABEL_VALUES) -> dict[str, float]:
+    """The ``limit - 1`` largest values as they are, the rest summed into OTHER."""
+    if len(values) <= limit:
+        return values
+    ranked = sorted(values.items(), key=lambda item: (-item[1], item[0]))
+    kept = dict(ranked[: limit - 1])
+    kept[OTHER] = sum(value for _, value in ranked[limit - 1 :])
+    return kept
 
 
 def outcome_of(status: str, overdue: bool) -> str:
@@ -276,8 +295,12 @@ def budgets(now):
             .values("rule", "scope")
             .annotate(total=Max("total"))
         )
+        by_rule: dict[str, dict[str, float]] = defaultdict(dict)
         for row in rows:
-            used.add_metric([row["rule"], row["scope"]], float(row["total"]))
+            by_rule[row["rule"]][row["scope"]] = float(row["total"])
+        for rule, scopes in by_rule.items():
+            for scope, total in capped(scopes).items():
+                used.add_metric([rule, scope], total)
     yield from (used, cap)
 
 

@@ -179,3 +179,25 @@ async def test_waiters_and_wake_latency_are_per_process(agent, rita):
     assert after["impri_wake_seconds_bucket", (("le", "5.0"),)] == (
         before["impri_wake_seconds_bucket", (("le", "5.0"),)] + 1
     )
+
+
+@pytest.mark.django_db
+def test_agent_chosen_kinds_cannot_explode_the_series(metrics_on, agent, settings):
+    from approvals.models import Action
+    from impri import metrics
+
+    settings.IMPRI_RATE_LIMIT_PER_MIN = 0
+    make_action(agent.agent, kind="payment.refund")
+    make_action(agent.agent, kind="payment.refund")
+    for n in range(metrics.MAX_LABEL_VALUES + 5):
+        make_action(agent.agent, kind=f"spam.kind{n:03d}")
+    got = samples(scrape())
+    kinds = {
+        dict(labels)["kind"]: v
+        for (name, labels), v in got.items()
+        if name == "impri_actions_pushed_total"
+    }
+    assert len(kinds) == metrics.MAX_LABEL_VALUES
+    assert kinds["payment.refund"] == 2
+    assert sum(kinds.values()) == Action.objects.count()
+    assert kinds["(other)"] == metrics.MAX_LABEL_VALUES + 5 - (metrics.MAX_LABEL_VALUES - 2)
