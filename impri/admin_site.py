@@ -44,7 +44,9 @@ class ImpriAdminSite(admin.AdminSite):
         else:
             result = verification.verify_and_record()
             if result.ok:
-                messages.success(request, f"Audit chain intact: {result.checked} event(s) verified.")
+                messages.success(
+                    request, f"Audit chain intact: {result.checked} event(s) verified."
+                )
             else:
                 messages.error(
                     request,

@@ -5,41 +5,53 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('approvals', '0004_action_status_newest'),
-        ('auth', '0012_alter_user_first_name_max_length'),
+        ("approvals", "0004_action_status_newest"),
+        ("auth", "0012_alter_user_first_name_max_length"),
     ]
 
     operations = [
         migrations.AlterModelOptions(
-            name='action',
-            options={'ordering': ['-created_at', '-id'], 'permissions': [('view_dashboard', 'Can view the inbox dashboard (figures of every queue)')]},
+            name="action",
+            options={
+                "ordering": ["-created_at", "-id"],
+                "permissions": [
+                    ("view_dashboard", "Can view the inbox dashboard (figures of every queue)")
+                ],
+            },
         ),
         migrations.AlterModelOptions(
-            name='apikey',
-            options={'verbose_name': 'API key'},
+            name="apikey",
+            options={"verbose_name": "API key"},
         ),
         migrations.AlterModelOptions(
-            name='webhookdelivery',
-            options={'ordering': ['-created_at'], 'verbose_name_plural': 'webhook deliveries'},
+            name="webhookdelivery",
+            options={"ordering": ["-created_at"], "verbose_name_plural": "webhook deliveries"},
         ),
         migrations.AlterField(
-            model_name='notification',
-            name='next_attempt_at',
+            model_name="notification",
+            name="next_attempt_at",
             field=models.DateTimeField(default=django.utils.timezone.now),
         ),
         migrations.AlterField(
-            model_name='webhookdelivery',
-            name='next_attempt_at',
+            model_name="webhookdelivery",
+            name="next_attempt_at",
             field=models.DateTimeField(default=django.utils.timezone.now),
         ),
         migrations.AddIndex(
-            model_name='notification',
-            index=models.Index(condition=models.Q(('delivered_at__isnull', True), ('gave_up_at__isnull', True)), fields=['next_attempt_at'], name='notification_due'),
+            model_name="notification",
+            index=models.Index(
+                condition=models.Q(("delivered_at__isnull", True), ("gave_up_at__isnull", True)),
+                fields=["next_attempt_at"],
+                name="notification_due",
+            ),
         ),
         migrations.AddIndex(
-            model_name='webhookdelivery',
-            index=models.Index(condition=models.Q(('delivered_at__isnull', True), ('gave_up_at__isnull', True)), fields=['next_attempt_at'], name='webhookdelivery_due'),
+            model_name="webhookdelivery",
+            index=models.Index(
+                condition=models.Q(("delivered_at__isnull", True), ("gave_up_at__isnull", True)),
+                fields=["next_attempt_at"],
+                name="webhookdelivery_due",
+            ),
         ),
     ]

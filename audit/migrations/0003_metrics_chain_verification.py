@@ -4,24 +4,26 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('audit', '0002_append_only_trigger'),
+        ("audit", "0002_append_only_trigger"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ChainVerification',
+            name="ChainVerification",
             fields=[
-                ('id', models.PositiveSmallIntegerField(default=1, primary_key=True, serialize=False)),
-                ('at', models.DateTimeField()),
-                ('ok', models.BooleanField()),
-                ('checked', models.BigIntegerField(default=0)),
-                ('first_broken_seq', models.BigIntegerField(blank=True, null=True)),
-                ('problem', models.TextField(blank=True)),
+                (
+                    "id",
+                    models.PositiveSmallIntegerField(default=1, primary_key=True, serialize=False),
+                ),
+                ("at", models.DateTimeField()),
+                ("ok", models.BooleanField()),
+                ("checked", models.BigIntegerField(default=0)),
+                ("first_broken_seq", models.BigIntegerField(blank=True, null=True)),
+                ("problem", models.TextField(blank=True)),
             ],
             options={
-                'verbose_name': 'latest chain verification',
+                "verbose_name": "latest chain verification",
             },
         ),
     ]
