@@ -102,6 +102,7 @@ def test_business_series_follow_a_push_a_decision_and_a_report(metrics_on, agent
     # One human decision, well under ten seconds after its push.
     assert got["impri_decision_seconds_count", ()] == 1
     assert got["impri_decision_seconds_bucket", (("le", "10.0"),)] == 1
+    assert 0 < got["impri_decision_seconds_sum", ()] < 10
     assert (
         got["impri_budget_used", (("rule", "small refunds"), ("scope", "agent:support-bot"))]
         == 3000
