@@ -1,6 +1,10 @@
 from __future__ import annotations
 
 from django.contrib import admin, messages
+from django.contrib.auth.admin import UserAdmin
+from django.contrib.auth.models import User
+from django.template.response import TemplateResponse
+from django.utils.cache import add_never_cache_headers
 
 from audit import log as audit
 from audit.models import ActorType
@@ -28,6 +32,7 @@ class AgentAdmin(admin.ModelAdmin):
     list_display = ("name", "is_active", "created_at")
     search_fields = ("name",)
     filter_horizontal = ("owners",)
+    readonly_fields = ("created_at",)
     inlines = [ApiKeyInline]
     actions = ["issue_key"]
 
@@ -114,3 +119,50 @@ class ActionAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+class ReviewerTokenInline(admin.TabularInline):
+    model = ApiKey
+    fk_name = "user"
+    fields = ("prefix", "label", "created_at", "last_used_at", "revoked_at")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    verbose_name = "reviewer token"
+    verbose_name_plural = (
+        "reviewer tokens (issue one with the user list's action; revoke under API keys)"
+    )
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+admin.site.unregister(User)
+
+
+@admin.register(User)
+class ReviewerAdmin(UserAdmin):
+    """Django's user admin, plus reviewer tokens: issued here (shown once), listed, revoked under API keys."""
+
+    inlines = [ReviewerTokenInline]
+    actions = ["issue_reviewer_token"]
+    readonly_fields = ("last_login", "date_joined")
+
+    @admin.action(description="Issue a reviewer token (shown once)")
+    def issue_reviewer_token(self, request, queryset):
+        by = f"admin:{request.user.get_username()}"
+        issued = []
+        for user in queryset.filter(is_active=True).order_by("username"):
+            key, raw = keys.create_reviewer_token(user, label="issued in admin", by=by)
+            issued.append({"user": user, "prefix": key.prefix, "token": raw})
+        skipped = queryset.filter(is_active=False).count()
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Reviewer tokens issued",
+            "issued": issued,
+            "skipped": skipped,
+            "opts": self.model._meta,
+        }
+        response = TemplateResponse(request, "admin/auth/user/tokens_issued.html", context)
+        add_never_cache_headers(response)  # the one time a token is shown: never cached
+        return response

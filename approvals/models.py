@@ -100,6 +100,7 @@ class ApiKey(models.Model):
     objects = ApiKeyQuerySet.as_manager()
 
     class Meta:
+        verbose_name = "API key"
         constraints = [
             models.CheckConstraint(
                 name="apikey_has_exactly_one_owner",
@@ -220,6 +221,7 @@ class Action(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        permissions = [("view_dashboard", "Can view the inbox dashboard (figures of every queue)")]
         constraints = [
             models.UniqueConstraint(
                 fields=["agent", "idempotency_key"],
@@ -319,7 +321,7 @@ class OutboxRow(models.Model):
     """What every outbox row has: when it is due, who holds its lease, how it ended."""
 
     created_at = models.DateTimeField(default=timezone.now)
-    next_attempt_at = models.DateTimeField(default=timezone.now, db_index=True)
+    next_attempt_at = models.DateTimeField(default=timezone.now)
     attempts = models.PositiveIntegerField(default=0)
     locked_until = models.DateTimeField(null=True, blank=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
@@ -331,6 +333,15 @@ class OutboxRow(models.Model):
     class Meta:
         abstract = True
         ordering = ["-created_at"]
+        indexes = [
+            # The sweeps' "what is due" reads only open rows: a partial index keeps
+            # that read the same size however much delivered history accumulates.
+            models.Index(
+                fields=["next_attempt_at"],
+                condition=Q(delivered_at__isnull=True, gave_up_at__isnull=True),
+                name="%(class)s_due",
+            )
+        ]
 
 
 class WebhookDelivery(OutboxRow):
@@ -347,6 +358,9 @@ class WebhookDelivery(OutboxRow):
     event = models.CharField(max_length=40)
     url = models.URLField(max_length=2000)
     body = models.JSONField()
+
+    class Meta(OutboxRow.Meta):
+        verbose_name_plural = "webhook deliveries"
 
     def __str__(self) -> str:
         return f"{self.id} {self.event} → {self.url}"

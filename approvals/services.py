@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from audit import log as audit
 from audit.models import ActorType, canonical_json
+from impri import metrics
 from rules import engine as rule_engine
 from rules import services as rule_services
 
@@ -888,6 +889,7 @@ async def await_decision(
     next_progress = started + progress_every_s
     async with waiting.hub().watch(action_id) as watch:
         action = await read(action_id, agent)
+        settled_while_waiting = not action.is_settled
         while not action.is_settled:
             now = time.monotonic()
             if now >= deadline:
@@ -906,6 +908,8 @@ async def await_decision(
             elif action.expires_at <= timezone.now():
                 # Overdue while we waited: the row says pending, a reader sees expired.
                 break
-    if action.is_settled:
-        return action
-    return await read(action_id, agent)
+    if not action.is_settled:
+        action = await read(action_id, agent)
+    if settled_while_waiting and action.is_settled and action.decision_at is not None:
+        metrics.observe_wake((timezone.now() - action.decision_at).total_seconds())
+    return action

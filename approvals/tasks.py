@@ -41,3 +41,17 @@ def deliver_webhooks() -> int:
 @shared_task
 def send_notifications() -> int:
     return notify.send_in_background()
+
+
+@shared_task
+def prune_history() -> dict:
+    from . import retention
+
+    return retention.prune()
+
+
+@shared_task
+def verify_audit_chain() -> bool:
+    from audit import verification
+
+    return verification.verify_scheduled().ok

@@ -162,3 +162,8 @@ class VerificationRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} verification #{self.pk}: {self.status} ok={self.ok}"
+
+    @property
+    def at(self):
+        """When the run finished (what metrics and the admin index report)."""
+        return self.finished_at

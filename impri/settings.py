@@ -95,7 +95,7 @@ CSRF_TRUSTED_ORIGINS = [o.strip() for o in env("CSRF_TRUSTED_ORIGINS").split(","
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    "impri.apps.ImpriAdminConfig",  # django.contrib.admin with Impri's site
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -280,6 +280,9 @@ IMPRI_GRANT_TTL_S = envint("IMPRI_GRANT_TTL_S", "3600", minimum=1)
 IMPRI_MCP_AWAIT_CAP_S = envfloat("IMPRI_MCP_AWAIT_CAP_S", "50", minimum=1)
 IMPRI_MCP_PROGRESS_EVERY_S = envfloat("IMPRI_MCP_PROGRESS_EVERY_S", "12", minimum=0.1)
 
+# Bearer token Prometheus scrapes /metrics with; unset: no metrics endpoint (404).
+IMPRI_METRICS_TOKEN = env("IMPRI_METRICS_TOKEN")
+
 # Django refuses to parse bodies past this; the middleware answers 413 first.
 DATA_UPLOAD_MAX_MEMORY_SIZE = IMPRI_MAX_BODY_BYTES
 
@@ -333,6 +336,13 @@ def _networks(name: str) -> list[str]:
 # Internal networks agent callbacks and admin-entered webhook URLs may reach (comma-separated
 # CIDRs); every other loopback, private, link-local, CGNAT or unique-local address is refused.
 IMPRI_CALLBACK_ALLOWED_NETWORKS = _networks("IMPRI_CALLBACK_ALLOWED_NETWORKS")
+# Delivered (or given-up) webhooks with their attempts, notifications and budget
+# windows older than this many days are pruned every hour; 0 keeps them. Never the audit log.
+IMPRI_RETENTION_DAYS = envint("IMPRI_RETENTION_DAYS", "90", minimum=0)
+# How often the audit chain is verified in the background, from the last verified run
+# (seconds); 0: only on demand.
+IMPRI_AUDIT_VERIFY_EVERY_S = envint("IMPRI_AUDIT_VERIFY_EVERY_S", "3600", minimum=0)
+IMPRI_HOUSEKEEPING_EVERY_S = 3600
 CELERY_BEAT_SCHEDULE = {
     "expire-overdue": {"task": "approvals.tasks.expire_overdue", "schedule": IMPRI_TICK_S},
     "deliver-webhooks": {"task": "approvals.tasks.deliver_webhooks", "schedule": IMPRI_TICK_S},
@@ -347,7 +357,16 @@ CELERY_BEAT_SCHEDULE = {
         "task": "audit.tasks.run_full_verifications",
         "schedule": IMPRI_SLOW_TICK_S,
     },
+    "prune-history": {
+        "task": "approvals.tasks.prune_history",
+        "schedule": IMPRI_HOUSEKEEPING_EVERY_S,
+    },
 }
+if IMPRI_AUDIT_VERIFY_EVERY_S:
+    CELERY_BEAT_SCHEDULE["verify-audit-chain"] = {
+        "task": "approvals.tasks.verify_audit_chain",
+        "schedule": IMPRI_AUDIT_VERIFY_EVERY_S,
+    }
 
 # --- Email (notifications) ------------------------------------------------------
 # Without EMAIL_HOST, mail is written to the log instead of being sent.

@@ -38,6 +38,24 @@ def slow_sweeps():
     ]
 
 
+def housekeeping(now: float, next_runs: dict[str, float]) -> list:
+    """What is due of the hourly prune and the periodic audit verify (the beat schedule's twins)."""
+    from approvals import retention
+    from audit import verification
+
+    every = {
+        "prune": (retention.prune, settings.IMPRI_HOUSEKEEPING_EVERY_S),
+        "verify": (verification.verify_scheduled, settings.IMPRI_AUDIT_VERIFY_EVERY_S),
+    }
+    due = []
+    for name, (sweep, period) in every.items():
+        # The first run a minute after start, not during it.
+        if period and now >= next_runs.setdefault(name, now + 60):
+            due.append(sweep)
+            next_runs[name] = now + period
+    return due
+
+
 def delivery_sweeps():
     """Hand due webhooks and notifications to their lanes' threads (approvals.lanes).
 
@@ -73,9 +91,11 @@ async def run_state_loop() -> None:
 
 async def run_delivery_loop() -> None:
     run = database_sync_to_async(run_sweeps, thread_sensitive=False)
+    next_runs: dict[str, float] = {}
     while True:
         started = time.monotonic()
-        await run(delivery_sweeps())
+        # Housekeeping shares this loop, not the state loop: a long verify must never delay expiry.
+        await run(delivery_sweeps() + housekeeping(started, next_runs))
         await asyncio.sleep(max(0.0, settings.IMPRI_TICK_S - (time.monotonic() - started)))
 
 

@@ -4,12 +4,13 @@ from django.urls import include, path
 
 from approvals.api import api
 
-from . import health
+from . import health, metrics
 
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path(".well-known/jwks.json", health.jwks, name="jwks"),
+    path("metrics", metrics.metrics_view, name="metrics"),
     path("api/v1/", api.urls),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

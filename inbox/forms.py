@@ -7,6 +7,7 @@ back onto the form's fields).
 
 from __future__ import annotations
 
+from datetime import timedelta
 from decimal import Decimal
 
 from django import forms
@@ -176,3 +177,36 @@ def add_service_error(form: forms.Form, error: InvalidInput) -> None:
     name = field.removeprefix("edits.")
     problem = error.message.removeprefix(f"{field}: ")
     form.add_error(name if name in form.fields else None, problem)
+
+
+class DashboardRangeForm(forms.Form):
+    """The dashboard's date range: UTC days, both included; the last 30 days by default."""
+
+    since = forms.DateField(
+        required=False, label="From", widget=forms.DateInput(attrs={"type": "date"})
+    )
+    until = forms.DateField(
+        required=False, label="To", widget=forms.DateInput(attrs={"type": "date"})
+    )
+    export = forms.ChoiceField(
+        required=False, choices=[("", "no"), ("daily", "daily"), ("refunds", "refunds")]
+    )
+
+    def __init__(self, data, *, today):
+        super().__init__(data)
+        self.today = today
+
+    def clean(self):
+        from .dashboard import MAX_DAYS
+
+        cleaned = super().clean()
+        if self.errors:
+            return cleaned
+        until = cleaned.get("until") or self.today
+        since = cleaned.get("since") or until - timedelta(days=29)
+        if since > until:
+            self.add_error("since", "must be on or before the end of the range")
+        elif (until - since).days + 1 > MAX_DAYS:
+            self.add_error("since", f"the range can be at most {MAX_DAYS} days")
+        cleaned["since"], cleaned["until"] = since, until
+        return cleaned

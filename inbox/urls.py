@@ -8,6 +8,7 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("inbox/", views.queue, name="queue"),
     path("inbox/decided/", views.decided, name="decided"),
+    path("inbox/dashboard/", views.dashboard, name="dashboard"),
     path("inbox/actions/<str:action_id>", views.action_detail, name="action"),
     path("inbox/actions/<str:action_id>/decide", views.decide, name="decide"),
 ]

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.middleware import HtmxDetails
 
@@ -25,8 +27,15 @@ from approvals.errors import (
 )
 from audit.models import AuditEvent
 
-from . import presenters, queries
-from .forms import ApproveForm, QueueFilterForm, RejectForm, add_service_error
+from . import charts, csv_export, presenters, queries
+from . import dashboard as dashboard_figures
+from .forms import (
+    ApproveForm,
+    DashboardRangeForm,
+    QueueFilterForm,
+    RejectForm,
+    add_service_error,
+)
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -184,3 +193,42 @@ def _after_decision(request: HtmxHttpRequest, action_id: str, *, too_late: bool)
     template = "inbox/_action.html" if request.htmx else "inbox/action.html"
     status = 409 if too_late else 200
     return render(request, template, _action_context(request, action), status=status)
+
+
+@require_GET
+@login_required
+def dashboard(request: HttpRequest) -> HttpResponse:
+    """Volume, outcomes, time to decision, refunds, stale approvals and expiries over a date range."""
+    if not dashboard_figures.can_see(request.user):
+        raise PermissionDenied("the dashboard is for staff and the view_dashboard permission")
+    form = DashboardRangeForm(request.GET, today=timezone.now().date())
+    if not form.is_valid():
+        return render(
+            request, "inbox/dashboard.html", {"form": form, "view": "dashboard"}, status=400
+        )
+    since, until = form.cleaned_data["since"], form.cleaned_data["until"]
+    figures = dashboard_figures.figures(since, until)
+    export = form.cleaned_data["export"]
+    if export:
+        return csv_export.response(figures, export)
+    context = {
+        "view": "dashboard",
+        "figures": figures,
+        "volume": charts.volume(figures.days),
+        "decisions": charts.decision_lines(figures.days),
+        "median": charts.duration(figures.median_s),
+        "p90": charts.duration(figures.p90_s),
+        "outcomes": dashboard_figures.OUTCOMES,
+        "totals": {o: figures.totals[o] for o in dashboard_figures.OUTCOMES},
+        "refunded_total": [
+            charts.money(cents, currency) for currency, cents in figures.refunded_total.items()
+        ],
+        "refunds": {
+            dimension: charts.horizontal(figures.refunded_rows(dimension))
+            for dimension in ("rule", "agent", "reviewer")
+        },
+        # The range shown, defaults filled in, so the inputs and the CSV links say what it is.
+        "form": DashboardRangeForm({"since": since, "until": until}, today=until),
+        "query": f"since={since.isoformat()}&until={until.isoformat()}",
+    }
+    return render(request, "inbox/dashboard.html", context)
