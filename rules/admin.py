@@ -253,9 +253,13 @@ class RulesYAMLForm(forms.Form):
 
     def clean_rules_yaml(self):
         try:
-            self.cleaned_data["parsed_rules"] = services.parse_yaml(self.cleaned_data["rules_yaml"])
+            rules = services.parse_yaml(self.cleaned_data["rules_yaml"])
+            # A group named by no existing reviewer group strands actions: refused
+            # here as at import (create it first, or import with --create-groups).
+            services.check_groups(rules)
         except engine.RuleError as exc:
             raise forms.ValidationError(str(exc)) from None
+        self.cleaned_data["parsed_rules"] = rules
         return self.cleaned_data["rules_yaml"]
 
 

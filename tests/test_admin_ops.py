@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, User
 from django.test import Client
 from django.utils import timezone
 
@@ -16,6 +16,12 @@ from audit.models import AuditEvent, VerificationRun
 from rules.models import Rule, RuleSet
 from tests.conftest import ApiClient
 from tests.factories import install_rules, make_action
+
+
+@pytest.fixture(autouse=True)
+def _public_callback_host(hosts):
+    hosts["agent.example.com"] = ["93.184.215.14"]  # a public address, never contacted here
+
 
 pytestmark = pytest.mark.django_db
 
@@ -163,7 +169,15 @@ rules:
 """
 
 
+def test_an_unknown_group_is_refused_in_the_preview(olivia):
+    response = olivia.post("/admin/rules/rule/yaml/", {"rules_yaml": NEW_RULES, "preview": "1"})
+    assert response.status_code == 200
+    assert "no reviewer group is named &#x27;comms&#x27;" in response.content.decode()
+    assert "Save these rules" not in response.content.decode()
+
+
 def test_the_rule_set_is_previewed_before_it_is_saved(olivia, agent):
+    Group.objects.get_or_create(name="comms")
     install_rules()
     make_action(agent.agent, payload={"amount_cents": 3000, "currency": "USD"})
     version = RuleSet.objects.get().version
@@ -192,6 +206,7 @@ def test_the_rule_set_is_previewed_before_it_is_saved(olivia, agent):
 
 
 def test_a_save_after_the_rules_changed_elsewhere_is_refused(olivia):
+    Group.objects.get_or_create(name="comms")
     install_rules()
     stale = RuleSet.objects.get().version
     install_rules()  # someone else imports meanwhile

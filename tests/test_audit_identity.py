@@ -134,6 +134,8 @@ def test_superuser_grant_through_admin_names_the_admin(ops, rita):
             "date_joined_0": "2026-01-01",
             "date_joined_1": "00:00:00",
             "groups": [g.pk for g in rita.user.groups.all()],
+            "impri_tokens-TOTAL_FORMS": "0",  # the reviewer-token inline's management form
+            "impri_tokens-INITIAL_FORMS": "0",
         },
     )
     assert response.status_code == 302, response.content.decode()[:3000]

@@ -561,6 +561,8 @@ async def test_report_takes_the_grant(approved, agent):
     )
     assert not result.is_error, result.content
     assert result.structured_content["result"]["detail"] == "ok"
+
+
 async def test_an_editable_entry_may_narrow_the_bounds(agent):
     body = {**REFUND, "editable": [{"path": "payload.amount_cents", "min": 4000, "max": 8000}]}
     result = await call(agent.key, "impri_push_action", body)

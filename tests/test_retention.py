@@ -15,6 +15,12 @@ from audit.models import AuditEvent
 from rules.models import BudgetCounter
 from tests.factories import make_action
 
+
+@pytest.fixture(autouse=True)
+def _public_callback_host(hosts):
+    hosts["agent.example.com"] = ["93.184.215.14"]  # a public address, never contacted here
+
+
 pytestmark = pytest.mark.django_db
 
 DAYS = 30
@@ -139,17 +145,17 @@ def test_beat_runs_the_prune_and_the_verify_on_a_schedule(settings):
 
 def test_the_embedded_ticker_runs_them_hourly_after_its_first_minute(settings):
     from approvals.retention import prune
-    from audit.verification import verify_and_record
+    from audit.verification import verify_scheduled
     from impri.ticker import housekeeping
 
     settings.IMPRI_AUDIT_VERIFY_EVERY_S = 600
     runs: dict[str, float] = {}
     assert housekeeping(1000.0, runs) == []  # at start: not during it
     assert housekeeping(1059.0, runs) == []
-    assert housekeeping(1060.0, runs) == [prune, verify_and_record]
+    assert housekeeping(1060.0, runs) == [prune, verify_scheduled]
     assert housekeeping(1100.0, runs) == []
-    assert housekeeping(1660.0, runs) == [verify_and_record]
-    assert housekeeping(4660.0, runs) == [prune, verify_and_record]
+    assert housekeeping(1660.0, runs) == [verify_scheduled]
+    assert housekeeping(4660.0, runs) == [prune, verify_scheduled]
     settings.IMPRI_AUDIT_VERIFY_EVERY_S = 0
     runs = {}
     assert housekeeping(9999.0, runs) == []

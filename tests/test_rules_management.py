@@ -326,7 +326,7 @@ class TestUpgrade:
 
         from rules.models import RuleSetVersion
 
-        run("rules", "import", str(seed_file))
+        run("rules", "import", str(seed_file), "--create-groups")
         RuleSetVersion.objects.all().delete()  # as before the upgrade
         self._migration().keep_current_version(apps, None)
         assert yaml.safe_load(run("rules", "show", "--version", "1")) == yaml.safe_load(SEED_RULES)
