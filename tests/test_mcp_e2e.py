@@ -204,7 +204,9 @@ async def test_a_waiter_is_woken_by_an_edit_and_approve_over_rest(server, keys, 
                 "detail": {"transaction_id": "re_3PqK9L2e"},
             },
         )
-        assert reported.structured_content == {"action_id": action_id, "status": "executed"}
+        out = reported.structured_content
+        assert (out["action_id"], out["status"]) == (action_id, "executed")
+        assert out["result"]["status"] == "executed"
         final = (
             await client.call_tool("impri_get_action", {"action_id": action_id})
         ).structured_content
