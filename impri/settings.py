@@ -109,6 +109,7 @@ INSTALLED_APPS = [
     "rules",
     "audit",
     "inbox",
+    "gateway",
 ]
 
 MIDDLEWARE = [
