@@ -152,7 +152,9 @@ async def gateway_client(server, key: str, name: str = "payments"):
         yield c
 
 
-async def pending_action(server, rita: str, order_id: str, timeout: float = 20) -> dict:
+async def pending_action(
+    server, rita: str, order_id: str, outcome: dict, kind: str = REFUND_KIND, timeout: float = 30
+) -> dict:
     """The pending gated refund for ``order_id``, once the gateway has pushed it."""
     found: list[dict] = []
     async with httpx.AsyncClient(
@@ -161,7 +163,9 @@ async def pending_action(server, rita: str, order_id: str, timeout: float = 20) 
         deadline = time.monotonic() + timeout
         while not found:
             assert time.monotonic() < deadline, f"no pending action for order {order_id}"
-            page = await http.get("/actions", params={"status": "pending", "kind": REFUND_KIND})
+            if "result" in outcome:  # the call came back without waiting
+                raise AssertionError(f"the call returned: {text(outcome['result'])}")
+            page = await http.get("/actions", params={"status": "pending", "kind": kind})
             found = [a for a in page.json()["items"] if a["payload"]["order_id"] == order_id]
             await anyio.sleep(0.05)
     return found[0]
@@ -241,7 +245,7 @@ async def test_reviewer_lowers_a_refund_and_upstream_gets_the_lowered_amount_onc
             )
 
         tg.start_soon(call)
-        pending = await pending_action(server, keys["rita"], "R-1")
+        pending = await pending_action(server, keys["rita"], "R-1", outcome)
         assert pending["title"] == "Refund 8400 cents on order R-1 ({missing})"
         assert pending["editable"] == ["payload.amount_cents"]
         assert pending["context"]["gateway"] == "payments"
@@ -287,7 +291,7 @@ async def test_rejected_call_never_reaches_upstream(server, keys, upstream_log):
             )
 
         tg.start_soon(call)
-        pending = await pending_action(server, keys["rita"], "X-1")
+        pending = await pending_action(server, keys["rita"], "X-1", outcome)
         await decide(
             server,
             keys["rita"],
@@ -359,7 +363,7 @@ async def test_upstream_error_after_approval_is_reported_failed(server, keys, up
             )
 
         tg.start_soon(call)
-        pending = await pending_action(server, keys["rita"], "boom")
+        pending = await pending_action(server, keys["rita"], "boom", outcome)
         await decide(server, keys["rita"], pending["action_id"], "approve", {})
     assert outcome["result"].is_error
     assert "declined" in text(outcome["result"])
@@ -445,7 +449,8 @@ async def test_stdio_gateway(deployment, server, keys, upstream_log, name):
                 )
 
             tg.start_soon(call)
-            pending = await pending_action(server, keys["rita"], order)
+            kind = f"mcp.{name.replace('-', '_')}.create_refund"
+            pending = await pending_action(server, keys["rita"], order, outcome, kind)
             await decide(
                 server,
                 keys["rita"],
