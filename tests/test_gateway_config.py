@@ -1,0 +1,161 @@
+"""Gateway configuration and bookkeeping, in process: YAML, secrets, kinds, titles, attach, claim."""
+
+from __future__ import annotations
+
+import pytest
+
+from approvals import services as approvals
+from approvals.models import ActionStatus
+from gateway import config, services
+from gateway.models import GatedCall, Policy, ToolPolicy, Upstream
+from gateway.upstream import Target, UpstreamError, expand
+from rules import services as rule_services
+
+EXAMPLE = """
+gateways:
+  - name: payments
+    url: https://mcp.example-psp.test/mcp
+    headers: {Authorization: "Bearer ${PSP_TOKEN}", X-Tenant: acme}
+    default: deny
+    tools:
+      create_refund:  {policy: review, editable: [amount_cents], title: "Refund {amount_cents} cents on order {order_id}"}
+      get_order:      {policy: allow, redact: true}
+      delete_customer: {policy: deny}
+  - name: files
+    command: ["npx", "-y", "some-mcp-server"]
+    env: {API_KEY: "${FILES_KEY}"}
+    default: allow
+"""
+
+
+def test_parses_the_documented_example():
+    parsed = config.parse_yaml(EXAMPLE)
+    payments, files = parsed
+    assert payments.upstream.name == "payments"
+    assert payments.upstream.default_policy == "deny"
+    assert {p.tool: p.policy for p in payments.policies} == {
+        "create_refund": "review",
+        "get_order": "allow",
+        "delete_customer": "deny",
+    }
+    assert payments.policies[0].editable == ["amount_cents"]
+    assert files.upstream.command == ["npx", "-y", "some-mcp-server"]
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("gateways: [{name: p, url: 'http://x/mcp', command: [a]}]", "either url or command"),
+        ("gateways: [{name: p}]", "either url or command"),
+        ("gateways: [{name: P!, url: 'http://x/mcp'}]", "name"),
+        ("gateways: [{name: p, url: 'ftp://x'}]", "http(s)"),
+        ("gateways: [{name: p, url: 'http://x', default: maybe}]", "default must be one of"),
+        ("gateways: [{name: p, url: 'http://x', colour: red}]", "unknown key 'colour'"),
+        ("gateways: [{name: p, url: 'http://x', tools: {t: {policy: sometimes}}}]", "tools.t"),
+        (
+            "gateways: [{name: p, url: 'http://x', tools: {t: {policy: allow, editable: 3}}}]",
+            "editable",
+        ),
+        ("gateways: [{name: p, url: 'http://x'}, {name: p, url: 'http://y'}]", "used twice"),
+        (
+            "gateways: [{name: p, url: 'http://x', headers: {Authorization: Bearer abc}}]",
+            "headers.Authorization",
+        ),
+        ("gateways: [{name: p, command: [x], env: {GITHUB_TOKEN: ghp_123}}]", "env.GITHUB_TOKEN"),
+        ("gateways: [unclosed", "not YAML"),
+    ],
+)
+def test_refuses_a_bad_file_naming_the_part(text, problem):
+    with pytest.raises(config.ConfigError, match=None) as caught:
+        config.parse_yaml(text)
+    assert problem in str(caught.value)
+
+
+def test_import_replaces_everything_and_export_keeps_references(db):
+    Upstream.objects.create(name="old", url="http://old.test/mcp")
+    config.replace_all(config.parse_yaml(EXAMPLE), by="test")
+    assert sorted(Upstream.objects.values_list("name", flat=True)) == ["files", "payments"]
+    exported = config.export_yaml()
+    assert "Bearer ${PSP_TOKEN}" in exported and "${FILES_KEY}" in exported
+    config.replace_all(config.parse_yaml(exported), by="test")
+    assert config.export_yaml() == exported  # export, import, export: nothing lost
+    assert ToolPolicy.objects.get(tool="get_order").redact is True
+    # Importing again is a replacement, not an addition.
+    config.replace_all(config.parse_yaml(EXAMPLE), by="test")
+    assert ToolPolicy.objects.count() == 3
+
+
+def test_secrets_come_from_the_environment_at_call_time(monkeypatch):
+    monkeypatch.setenv("PSP_TOKEN", "s3cret")
+    assert expand("Bearer ${PSP_TOKEN}", "headers") == "Bearer s3cret"
+    monkeypatch.delenv("PSP_TOKEN")
+    with pytest.raises(UpstreamError, match=r"\$\{PSP_TOKEN\}"):
+        expand("Bearer ${PSP_TOKEN}", "headers")
+
+
+def test_kind_is_sanitized():
+    assert services.kind_for("payments", "create_refund") == "mcp.payments.create_refund"
+    assert services.kind_for("Pay-Ments", "Create Refund!") == "mcp.pay_ments.create_refund_"
+
+
+def test_title_template_fills_arguments_and_keeps_missing_fields():
+    policy = ToolPolicy(
+        tool="create_refund", policy="review", title="Refund {amount_cents} on {order_id} {nope}"
+    )
+    title = services.title_for(
+        policy, "payments", "create_refund", {"amount_cents": 8400, "order_id": "A1"}
+    )
+    assert title == "Refund 8400 on A1 {nope}"
+    untitled = ToolPolicy(tool="t", policy="review")
+    assert services.title_for(untitled, "payments", "t", {}) == "t via payments"
+
+
+@pytest.fixture
+def payments(db):
+    config.replace_all(config.parse_yaml(EXAMPLE), by="test")
+    return Upstream.objects.get(name="payments")
+
+
+def test_a_rule_naming_the_kind_gates_an_allowed_tool(payments):
+    assert services.effective(payments, "get_order") == Policy.ALLOW
+    assert services.effective(payments, "never_listed") == Policy.DENY  # the default
+    rule_services.replace_rules(
+        rule_services.parse_yaml("rules: [{name: all, kind: '*', then: review}]"), by="t"
+    )
+    assert (
+        services.effective(payments, "get_order") == Policy.ALLOW
+    )  # the catch-all is not naming it
+    rules = "rules: [{name: orders, kind: mcp.payments.get_order, then: review}]"
+    rule_services.replace_rules(rule_services.parse_yaml(rules), by="t")
+    assert services.effective(payments, "get_order") == Policy.REVIEW
+
+
+def test_identical_calls_share_an_action_until_its_outcome_is_delivered(payments, agent):
+    arguments = {"order_id": "A1", "amount_cents": 8400}
+    first = services.begin(agent.agent, payments, "create_refund", arguments)
+    assert first.status == ActionStatus.PENDING
+    assert first.kind == "mcp.payments.create_refund"
+    assert first.title == "Refund 8400 cents on order A1"
+    assert first.editable == ["payload.amount_cents"]
+    assert first.payload == arguments
+    assert services.begin(agent.agent, payments, "create_refund", dict(arguments)).pk == first.pk
+    other = services.begin(agent.agent, payments, "create_refund", {**arguments, "amount_cents": 1})
+    assert other.pk != first.pk
+    services.delivered(first.pk)
+    assert services.begin(agent.agent, payments, "create_refund", arguments).pk != first.pk
+
+
+def test_the_upstream_call_is_claimed_once(payments, agent, rita):
+    action = services.begin(
+        agent.agent, payments, "create_refund", {"order_id": "B", "amount_cents": 10}
+    )
+    action = approvals.decide(action.pk, by=rita.user, verdict="approve")
+    assert services.claim(action, "jti-1") is True
+    assert services.claim(action, "jti-1") is False
+    assert GatedCall.objects.get(pk=action.pk).upstream_called_at is not None
+
+
+def test_target_is_detached_from_the_row(payments):
+    target = Target.of(payments)
+    assert target.url == "https://mcp.example-psp.test/mcp"
+    assert target.headers["Authorization"] == "Bearer ${PSP_TOKEN}"
