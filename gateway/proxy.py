@@ -19,6 +19,7 @@ import json
 import logging
 from typing import Any
 
+import jsonschema
 from django.conf import settings
 from mcp.server.auth.provider import TokenVerifier
 from mcp.server.auth.settings import AuthSettings
@@ -28,7 +29,7 @@ from pydantic import ValidationError
 
 from approvals import dbexec, grants
 from approvals import services as approvals
-from approvals.errors import ImpriError
+from approvals.errors import ImpriError, InvalidInput
 from approvals.mcp import (
     AGENT_SCOPE,
     ImpriMCPServer,
@@ -172,7 +173,23 @@ class GatewayServer(ImpriMCPServer):
         await dbexec.run(services.record_pass, agent, self.gateway, name, arguments, redact=redact)
         return result
 
+    async def _schema(self, gateway, name: str) -> dict | None:
+        """The upstream's input schema for ``name`` (asking it when the cached list lacks it)."""
+        known = {t.get("name"): t for t in gateway.tools_cache}
+        if name not in known:
+            tools, error = await self.fetch_tools()
+            known = {t.name: t.model_dump(mode="json", by_alias=True) for t in tools}
+            if name not in known:
+                if error:
+                    raise UpstreamUnavailable(error)
+                raise InvalidInput("name", f"{self.gateway} has no tool named {name!r}")
+        return known[name].get("inputSchema")
+
     async def _gated(self, ctx, agent, gateway, target: Target, name: str, arguments: dict):
+        # A call the upstream would refuse never reaches a reviewer.
+        schema = await self._schema(gateway, name)
+        if schema:
+            check_arguments(schema, arguments)
         try:
             action = await dbexec.run(services.begin, agent, gateway, name, arguments)
         except ValidationError as exc:
@@ -250,6 +267,21 @@ class GatewayServer(ImpriMCPServer):
             executed_arguments=action.payload,
         )
         return result.model_copy(update={"meta": {**(result.meta or {}), META_KEY: meta}})
+
+
+class UpstreamUnavailable(ImpriError):
+    status_code = 503
+    code = "unavailable"
+
+
+def check_arguments(schema: dict, arguments: dict) -> None:
+    """Refuse arguments that do not fit the upstream's input schema, naming the field."""
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+    if errors:
+        first = errors[0]
+        field = ".".join(["arguments", *(str(p) for p in first.absolute_path)])
+        raise InvalidInput(field, first.message)
 
 
 def _refusal(name: str, action: Action) -> str:

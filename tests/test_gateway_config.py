@@ -159,3 +159,35 @@ def test_target_is_detached_from_the_row(payments):
     target = Target.of(payments)
     assert target.url == "https://mcp.example-psp.test/mcp"
     assert target.headers["Authorization"] == "Bearer ${PSP_TOKEN}"
+
+
+def test_arguments_are_checked_against_the_upstream_schema():
+    from approvals.errors import InvalidInput
+    from gateway.proxy import check_arguments
+
+    schema = {
+        "type": "object",
+        "properties": {"order_id": {"type": "string"}, "amount_cents": {"type": "integer"}},
+        "required": ["order_id", "amount_cents"],
+    }
+    check_arguments(schema, {"order_id": "A", "amount_cents": 5})
+    with pytest.raises(InvalidInput) as caught:
+        check_arguments(schema, {"order_id": "A", "amount_cents": "lots"})
+    assert caught.value.field == "arguments.amount_cents"
+    with pytest.raises(InvalidInput, match="amount_cents"):
+        check_arguments(schema, {"order_id": "A"})
+
+
+def test_the_inbox_shows_gateway_tool_and_arguments(payments, agent, rita):
+    from django.test import Client
+
+    action = services.begin(
+        agent.agent, payments, "create_refund", {"order_id": "<b>A1</b>", "amount_cents": 8400}
+    )
+    browser = Client()
+    browser.force_login(rita.user)
+    body = browser.get(f"/inbox/actions/{action.pk}").content.decode()
+    assert "Refund 8400 cents on order &lt;b&gt;A1&lt;/b&gt;" in body
+    assert "payments" in body and "create_refund" in body
+    assert "mcp.payments.create_refund" in body
+    assert "<b>A1</b>" not in body  # agent text is escaped

@@ -231,6 +231,18 @@ async def test_denied_tool_is_refused_and_never_reaches_upstream(server, keys, u
     assert calls(upstream_log, "delete_customer") == []
 
 
+async def test_a_call_the_upstream_would_refuse_never_becomes_an_action(server, keys):
+    async with gateway_client(server, keys["agent"]) as client:
+        result = await client.call_tool(
+            "create_refund", {"order_id": "V-1", "amount_cents": "lots"}
+        )
+        unknown = await client.call_tool("teleport", {})
+    assert result.is_error and "arguments.amount_cents" in text(result)
+    assert unknown.is_error and "policy: deny" in text(unknown)  # the default covers it
+    listed = server.client(keys["agent"]).get("/actions", params={"kind": REFUND_KIND}).json()
+    assert [a for a in listed["items"] if a["payload"].get("order_id") == "V-1"] == []
+
+
 async def test_reviewer_lowers_a_refund_and_upstream_gets_the_lowered_amount_once(
     server, keys, upstream_log
 ):

@@ -5,63 +5,169 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('approvals', '0005_reject_reason_and_review_key'),
+        ("approvals", "0005_reject_reason_and_review_key"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Upstream',
+            name="Upstream",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(help_text='lowercase letters, digits, - and _', max_length=50, unique=True)),
-                ('url', models.CharField(blank=True, help_text='streamable-HTTP endpoint (or use command)', max_length=2000)),
-                ('command', models.JSONField(blank=True, default=list, help_text='stdio server: ["npx", "-y", "some-mcp-server"]')),
-                ('headers', models.JSONField(blank=True, default=dict, help_text='values may use ${VAR}')),
-                ('env', models.JSONField(blank=True, default=dict, help_text="stdio command's extra environment; values may use ${VAR}")),
-                ('default_policy', models.CharField(choices=[('allow', 'allow (pass through, audited)'), ('review', 'review (a human approves each call)'), ('deny', 'deny (hidden and refused)')], default='deny', max_length=10)),
-                ('enabled', models.BooleanField(default=True)),
-                ('tools_cache', models.JSONField(blank=True, default=list, editable=False)),
-                ('tools_refreshed_at', models.DateTimeField(blank=True, editable=False, null=True)),
-                ('last_error', models.TextField(blank=True, editable=False)),
-                ('last_checked_at', models.DateTimeField(blank=True, editable=False, null=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "name",
+                    models.CharField(
+                        help_text="lowercase letters, digits, - and _", max_length=50, unique=True
+                    ),
+                ),
+                (
+                    "url",
+                    models.CharField(
+                        blank=True,
+                        help_text="streamable-HTTP endpoint (or use command)",
+                        max_length=2000,
+                    ),
+                ),
+                (
+                    "command",
+                    models.JSONField(
+                        blank=True,
+                        default=list,
+                        help_text='stdio server: ["npx", "-y", "some-mcp-server"]',
+                    ),
+                ),
+                (
+                    "headers",
+                    models.JSONField(blank=True, default=dict, help_text="values may use ${VAR}"),
+                ),
+                (
+                    "env",
+                    models.JSONField(
+                        blank=True,
+                        default=dict,
+                        help_text="stdio command's extra environment; values may use ${VAR}",
+                    ),
+                ),
+                (
+                    "default_policy",
+                    models.CharField(
+                        choices=[
+                            ("allow", "allow (pass through, audited)"),
+                            ("review", "review (a human approves each call)"),
+                            ("deny", "deny (hidden and refused)"),
+                        ],
+                        default="deny",
+                        max_length=10,
+                    ),
+                ),
+                ("enabled", models.BooleanField(default=True)),
+                ("tools_cache", models.JSONField(blank=True, default=list, editable=False)),
+                ("tools_refreshed_at", models.DateTimeField(blank=True, editable=False, null=True)),
+                ("last_error", models.TextField(blank=True, editable=False)),
+                ("last_checked_at", models.DateTimeField(blank=True, editable=False, null=True)),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='GatedCall',
+            name="GatedCall",
             fields=[
-                ('action', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='gated_call', serialize=False, to='approvals.action')),
-                ('gateway', models.CharField(max_length=50)),
-                ('tool', models.CharField(max_length=200)),
-                ('arguments_sha256', models.CharField(max_length=64)),
-                ('upstream_called_at', models.DateTimeField(blank=True, null=True)),
-                ('delivered_at', models.DateTimeField(blank=True, null=True)),
-                ('agent', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='approvals.agent')),
+                (
+                    "action",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        primary_key=True,
+                        related_name="gated_call",
+                        serialize=False,
+                        to="approvals.action",
+                    ),
+                ),
+                ("gateway", models.CharField(max_length=50)),
+                ("tool", models.CharField(max_length=200)),
+                ("arguments_sha256", models.CharField(max_length=64)),
+                ("upstream_called_at", models.DateTimeField(blank=True, null=True)),
+                ("delivered_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "agent",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="approvals.agent",
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['agent', 'arguments_sha256'], name='gateway_call_args')],
+                "indexes": [
+                    models.Index(fields=["agent", "arguments_sha256"], name="gateway_call_args")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='ToolPolicy',
+            name="ToolPolicy",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('tool', models.CharField(max_length=200)),
-                ('policy', models.CharField(choices=[('allow', 'allow (pass through, audited)'), ('review', 'review (a human approves each call)'), ('deny', 'deny (hidden and refused)')], max_length=10)),
-                ('editable', models.JSONField(blank=True, default=list, help_text='argument paths a reviewer may change: [amount_cents]')),
-                ('title', models.CharField(blank=True, help_text='e.g. Refund {amount_cents} cents on order {order_id}', max_length=300)),
-                ('redact', models.BooleanField(default=False, help_text='audit only the hash of the arguments, not the arguments')),
-                ('upstream', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='policies', to='gateway.upstream')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("tool", models.CharField(max_length=200)),
+                (
+                    "policy",
+                    models.CharField(
+                        choices=[
+                            ("allow", "allow (pass through, audited)"),
+                            ("review", "review (a human approves each call)"),
+                            ("deny", "deny (hidden and refused)"),
+                        ],
+                        max_length=10,
+                    ),
+                ),
+                (
+                    "editable",
+                    models.JSONField(
+                        blank=True,
+                        default=list,
+                        help_text="argument paths a reviewer may change: [amount_cents]",
+                    ),
+                ),
+                (
+                    "title",
+                    models.CharField(
+                        blank=True,
+                        help_text="e.g. Refund {amount_cents} cents on order {order_id}",
+                        max_length=300,
+                    ),
+                ),
+                (
+                    "redact",
+                    models.BooleanField(
+                        default=False,
+                        help_text="audit only the hash of the arguments, not the arguments",
+                    ),
+                ),
+                (
+                    "upstream",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="policies",
+                        to="gateway.upstream",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['upstream', 'tool'],
-                'constraints': [models.UniqueConstraint(fields=('upstream', 'tool'), name='gateway_tool_once')],
+                "ordering": ["upstream", "tool"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("upstream", "tool"), name="gateway_tool_once")
+                ],
             },
         ),
     ]
