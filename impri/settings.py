@@ -322,6 +322,7 @@ CELERY_BEAT_SCHEDULE = {
         "task": "approvals.tasks.flag_stale_approvals",
         "schedule": IMPRI_SLOW_TICK_S,
     },
+    "refresh-gateway-tools": {"task": "gateway.tasks.refresh_tools", "schedule": IMPRI_SLOW_TICK_S},
 }
 
 # --- Email (notifications) ------------------------------------------------------

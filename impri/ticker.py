@@ -35,8 +35,9 @@ def slow_sweeps():
 def delivery_sweeps():
     """Network I/O (webhooks, email, Slack): in a loop of its own, so a dead receiver never delays expiry."""
     from approvals import notify, webhooks
+    from gateway.tasks import refresh_due
 
-    return [webhooks.deliver_due, notify.send_due]
+    return [webhooks.deliver_due, notify.send_due, refresh_due]
 
 
 def run_sweeps(sweeps) -> dict[str, int]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from approvals import services as approvals
@@ -191,3 +193,31 @@ def test_the_inbox_shows_gateway_tool_and_arguments(payments, agent, rita):
     assert "payments" in body and "create_refund" in body
     assert "mcp.payments.create_refund" in body
     assert "<b>A1</b>" not in body  # agent text is escaped
+
+
+def test_the_scheduled_refresh_asks_the_upstream_and_records_when_it_is_away(db, tmp_path):
+    import sys
+
+    from gateway.tasks import refresh_due
+
+    script = str(Path(__file__).parent / "gateway_upstream.py")
+    Upstream.objects.create(
+        name="psp",
+        command=[sys.executable, script, "--stdio"],
+        env={"UPSTREAM_LOG": str(tmp_path / "calls.jsonl")},
+    )
+    Upstream.objects.create(name="gone", command=[sys.executable, "-c", "raise SystemExit(3)"])
+    assert refresh_due() == 1
+    psp, gone = Upstream.objects.get(name="psp"), Upstream.objects.get(name="gone")
+    assert sorted(t["name"] for t in psp.tools_cache) == [
+        "create_refund",
+        "delete_customer",
+        "get_order",
+    ]
+    assert psp.last_error == "" and psp.tools_refreshed_at is not None
+    assert "unreachable" in gone.last_error
+    assert services.states() == {
+        "gone": {"status": "unreachable", "error": gone.last_error},
+        "psp": {"status": "ok"},
+    }
+    assert refresh_due() == 0  # both were asked just now
