@@ -221,3 +221,37 @@ def test_the_scheduled_refresh_asks_the_upstream_and_records_when_it_is_away(db,
         "psp": {"status": "ok"},
     }
     assert refresh_due() == 0  # both were asked just now
+
+
+def test_admin_edits_gateways_and_refuses_a_written_out_secret(db):
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    admin = User.objects.create_superuser("root", password="root-password")
+    browser = Client()
+    browser.force_login(admin)
+    assert browser.get("/admin/gateway/upstream/add/").status_code == 200
+    form = {
+        "name": "payments",
+        "enabled": "on",
+        "default_policy": "deny",
+        "url": "http://127.0.0.1:9/mcp",
+        "headers": '{"Authorization": "Bearer sk_live_123"}',
+        "command": "[]",
+        "env": "{}",
+        "policies-TOTAL_FORMS": "1",
+        "policies-INITIAL_FORMS": "0",
+        "policies-0-tool": "create_refund",
+        "policies-0-policy": "review",
+        "policies-0-editable": '["amount_cents"]',
+        "policies-0-title": "",
+    }
+    refused = browser.post("/admin/gateway/upstream/add/", form)
+    assert refused.status_code == 200
+    assert "write the secret as ${VAR}" in refused.content.decode()
+    assert not Upstream.objects.exists()
+    form["headers"] = '{"Authorization": "Bearer ${PSP_TOKEN}"}'
+    assert browser.post("/admin/gateway/upstream/add/", form).status_code == 302
+    saved = Upstream.objects.get(name="payments")
+    assert saved.headers == {"Authorization": "Bearer ${PSP_TOKEN}"}
+    assert ToolPolicy.objects.get(upstream=saved).editable == ["amount_cents"]
