@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from approvals import services as approvals
 from approvals.errors import IdempotencyConflict, ImpriError
-from approvals.models import Action, Agent
+from approvals.models import Action, ActionStatus, Agent
 from approvals.schemas import ActionIn, resolve_path
 from audit import log as audit
 from audit.models import ActorType, canonical_json
@@ -106,6 +106,8 @@ def begin(agent: Agent, upstream: Upstream, tool: str, arguments: dict) -> Actio
     The idempotency key counts the identical calls already answered, so
     concurrent identical calls share one action (the database's unique key
     decides), and once a call's outcome was delivered, the next is a new action.
+    An undelivered action that expired or was cancelled is not waited on by
+    anyone: it counts as answered, and the call starts a new action.
     """
     digest = arguments_sha256({"gateway": upstream.name, "tool": tool, "arguments": arguments})
     answered = GatedCall.objects.filter(
@@ -113,6 +115,13 @@ def begin(agent: Agent, upstream: Upstream, tool: str, arguments: dict) -> Actio
     ).count()
     key = f"{KEY_PREFIX}{digest}:{answered}"
     existing = Action.objects.filter(agent=agent, idempotency_key=key).first()
+    if existing is not None and existing.effective_status in (
+        ActionStatus.EXPIRED,
+        ActionStatus.CANCELLED,
+    ):
+        delivered(existing.pk)
+        key = f"{KEY_PREFIX}{digest}:{answered + 1}"
+        existing = Action.objects.filter(agent=agent, idempotency_key=key).first()
     if existing is None:
         policy = policy_for(upstream, tool)
         data = ActionIn.model_validate(

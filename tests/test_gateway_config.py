@@ -255,3 +255,12 @@ def test_admin_edits_gateways_and_refuses_a_written_out_secret(db):
     saved = Upstream.objects.get(name="payments")
     assert saved.headers == {"Authorization": "Bearer ${PSP_TOKEN}"}
     assert ToolPolicy.objects.get(upstream=saved).editable == ["amount_cents"]
+
+
+def test_an_expired_undelivered_action_is_not_attached_to(payments, agent):
+    arguments = {"order_id": "E1", "amount_cents": 100}
+    first = services.begin(agent.agent, payments, "create_refund", arguments)
+    approvals.cancel_action(first.pk, agent=agent.agent, reason="changed my mind")
+    second = services.begin(agent.agent, payments, "create_refund", arguments)
+    assert second.pk != first.pk and second.status == ActionStatus.PENDING
+    assert services.begin(agent.agent, payments, "create_refund", arguments).pk == second.pk
