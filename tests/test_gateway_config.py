@@ -264,3 +264,17 @@ def test_an_expired_undelivered_action_is_not_attached_to(payments, agent):
     second = services.begin(agent.agent, payments, "create_refund", arguments)
     assert second.pk != first.pk and second.status == ActionStatus.PENDING
     assert services.begin(agent.agent, payments, "create_refund", arguments).pk == second.pk
+
+
+def test_a_pass_through_is_audited_by_hash_and_redacted_when_the_policy_says(payments, agent):
+    from audit.models import AuditEvent
+
+    arguments = {"order_id": "G1", "card": "4242"}
+    services.record_pass(agent.agent, "payments", "get_order", arguments, redact=False)
+    services.record_pass(agent.agent, "payments", "get_order", arguments, redact=True)
+    plain, redacted = AuditEvent.objects.filter(event="gateway.called").order_by("seq")
+    assert plain.data["arguments"] == arguments
+    assert "arguments" not in redacted.data
+    assert redacted.data["arguments_sha256"] == plain.data["arguments_sha256"]
+    assert redacted.data["arguments_sha256"] == services.arguments_sha256(arguments)
+    assert redacted.actor_id == "support-bot"
