@@ -238,6 +238,8 @@ class ActionIn(StrictModel):
 
 
 NON_FINITE = "a number must be finite (no NaN, Infinity, or a float beyond ±1.8e308)"
+
+
 def _check_push_bounds(path: str, original: Any, bounds: dict) -> None:
     if isinstance(original, bool) or not isinstance(original, int | float):
         raise ValueError(f"editable: {path!r} has min/max but is not a number in payload")

@@ -1,4 +1,4 @@
-"""ASGI entry point: Django over HTTP, the inbox websocket, and MCP at /mcp."""
+"""ASGI entry point: Django over HTTP, the inbox websocket, MCP at /mcp and /mcp/gateway/<name>."""
 
 from __future__ import annotations
 
@@ -66,6 +66,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from approvals import events  # noqa: E402
+from gateway.asgi import GATEWAY_PREFIX, gateway_app  # noqa: E402
 from impri.mcp_asgi import MCP_PATH, mcp_app  # noqa: E402
 from inbox.routing import websocket_urlpatterns  # noqa: E402
 
@@ -141,6 +142,8 @@ async def http_router(scope, receive, send):
         events.serving_loop = asyncio.get_running_loop()
     if scope["path"] in (MCP_PATH, MCP_PATH + "/"):
         return await mcp_app(scope, receive, send)
+    if scope["path"].startswith(GATEWAY_PREFIX):
+        return await gateway_app(scope, receive, send)
     return await django_asgi(scope, receive, send)
 
 

@@ -10,6 +10,7 @@ from django.db import connection
 from django.http import JsonResponse
 
 from approvals import dbexec, grants
+from gateway.services import states as gateway_states
 
 logger = logging.getLogger(__name__)
 
@@ -28,9 +29,11 @@ def jwks(request):
 async def readyz(request):
     checks = {"database": await _check_database(), "channel_layer": await _check_layer()}
     ready = all(value == "ok" for value in checks.values())
-    return JsonResponse(
-        {"status": "ok" if ready else "unavailable", "checks": checks}, status=200 if ready else 503
-    )
+    body = {"status": "ok" if ready else "unavailable", "checks": checks}
+    if checks["database"] == "ok":
+        # Detail only: an unreachable upstream does not take Impri out of service.
+        body["gateways"] = await dbexec.run(gateway_states)
+    return JsonResponse(body, status=200 if ready else 503)
 
 
 async def _check_database() -> str:

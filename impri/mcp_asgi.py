@@ -100,9 +100,10 @@ def transport_security(allowed_hosts: list[str], trusted_origins: list[str]):
 
 
 class MCPHttpApp:
-    def __init__(self, server):
+    def __init__(self, server, path: str = MCP_PATH):
+        self.path = path
         self.asgi = server.streamable_http_app(
-            streamable_http_path=MCP_PATH,
+            streamable_http_path=path,
             stateless_http=True,
             json_response=False,
             transport_security=transport_security(
@@ -120,8 +121,8 @@ class MCPHttpApp:
         if scope["type"] == "lifespan":
             return await self._lifespan(receive, send)
         await self.start()
-        if scope["path"] == MCP_PATH + "/":
-            scope = {**scope, "path": MCP_PATH, "raw_path": MCP_PATH.encode()}
+        if scope["path"] == self.path + "/":
+            scope = {**scope, "path": self.path, "raw_path": self.path.encode()}
         receive = await _read_body_first(receive)
         refusals: list[RateLimited] = []
         reset = _refusals.set(refusals)

@@ -109,6 +109,7 @@ INSTALLED_APPS = [
     "rules",
     "audit",
     "inbox",
+    "gateway",
 ]
 
 MIDDLEWARE = [
@@ -361,6 +362,7 @@ CELERY_BEAT_SCHEDULE = {
         "task": "approvals.tasks.prune_history",
         "schedule": IMPRI_HOUSEKEEPING_EVERY_S,
     },
+    "refresh-gateway-tools": {"task": "gateway.tasks.refresh_tools", "schedule": IMPRI_SLOW_TICK_S},
 }
 if IMPRI_AUDIT_VERIFY_EVERY_S:
     CELERY_BEAT_SCHEDULE["verify-audit-chain"] = {

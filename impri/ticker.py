@@ -99,6 +99,21 @@ async def run_delivery_loop() -> None:
         await asyncio.sleep(max(0.0, settings.IMPRI_TICK_S - (time.monotonic() - started)))
 
 
+async def run_gateway_loop() -> None:
+    """Gateway upstreams' tool lists, refreshed when due (gateway.tasks.refresh_due).
+
+    A loop of its own: an upstream that hangs must delay neither an expiry nor
+    a delivery.
+    """
+    from gateway.tasks import refresh_due
+
+    run = database_sync_to_async(run_sweeps, thread_sensitive=False)
+    while True:
+        started = time.monotonic()
+        await run([refresh_due])
+        await asyncio.sleep(max(0.0, settings.IMPRI_SLOW_TICK_S - (time.monotonic() - started)))
+
+
 def install_in_reactor() -> None:
     """Start the ticker when daphne's (asyncio) reactor runs; stop it before shutdown."""
     from twisted.internet import reactor
@@ -107,7 +122,13 @@ def install_in_reactor() -> None:
 
     def start() -> None:
         loop = asyncio.get_event_loop()
-        tasks.extend([loop.create_task(run_state_loop()), loop.create_task(run_delivery_loop())])
+        tasks.extend(
+            [
+                loop.create_task(run_state_loop()),
+                loop.create_task(run_delivery_loop()),
+                loop.create_task(run_gateway_loop()),
+            ]
+        )
         logger.info(
             "embedded ticker: sweeps every %ss (slow ones every %ss)",
             settings.IMPRI_TICK_S,

@@ -139,6 +139,7 @@ class ApproveForm(forms.Form):
 
     def reason_code(self) -> str:
         return ""
+
     def seen_sha256(self) -> str | None:
         return self.cleaned_data.get("payload_sha256") or None
 

@@ -23,7 +23,15 @@ class Command(BaseCommand):
     )
     requires_system_checks = []  # their warnings would be noise in an agent's log
 
-    def handle(self, *args, **options):
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--gateway",
+            metavar="NAME",
+            help="Serve the tools of the upstream MCP server configured as gateway NAME "
+            "(docs/gateway.md) instead of Impri's agent tools.",
+        )
+
+    def handle(self, *args, gateway=None, **options):
         raw = os.environ.get("IMPRI_API_KEY", "").strip()
         if not raw:
             raise CommandError(
@@ -41,6 +49,19 @@ class Command(BaseCommand):
                 "IMPRI_API_KEY is a reviewer token; `impri mcp` needs an agent key "
                 "from `impri createagent NAME`"
             )
+        if gateway:
+            from gateway.proxy import build_gateway_server
+            from gateway.services import exists
+
+            if not exists(gateway):
+                raise CommandError(
+                    f"no enabled gateway named {gateway!r}: see `impri gateway export`"
+                )
+            self.stderr.write(
+                f"Impri MCP gateway {gateway} (stdio) serving agent {principal.agent.name}"
+            )
+            build_gateway_server(gateway, api_key=raw).run("stdio")
+            return
         self.stderr.write(f"Impri MCP (stdio) serving agent {principal.agent.name}")
         build_server(api_key=raw).run("stdio")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 from django.utils.dateparse import parse_datetime
 
-from audit import export, log, verification
+from audit import export, log
 
 
 class Command(BaseCommand):

@@ -1,0 +1,49 @@
+"""``/mcp/gateway/<name>``: each configured gateway's MCP server over streamable HTTP.
+
+One ``MCPHttpApp`` (``impri/mcp_asgi.py``: stateless, SSE, agent-key auth) per
+gateway name, made on its first request; a name that is not an enabled
+gateway is a 404 before any MCP machinery runs. The app holds no
+configuration: the gateway's policies are read on every request.
+"""
+
+from __future__ import annotations
+
+import json
+
+from approvals import dbexec
+from impri.mcp_asgi import AgentKeyVerifier, MCPHttpApp
+
+from . import services
+from .models import NAME_RE
+from .proxy import build_gateway_server
+
+GATEWAY_PREFIX = "/mcp/gateway/"
+_apps: dict[str, MCPHttpApp] = {}
+
+
+async def gateway_app(scope, receive, send):
+    name = scope["path"][len(GATEWAY_PREFIX) :].rstrip("/")
+    if not NAME_RE.match(name) or not await dbexec.run(services.exists, name):
+        return await _not_found(send, name)
+    app = _apps.get(name)
+    if app is None:
+        server = build_gateway_server(name, verifier=AgentKeyVerifier())
+        app = _apps.setdefault(name, MCPHttpApp(server, path=GATEWAY_PREFIX + name))
+    await app(scope, receive, send)
+
+
+async def _not_found(send, name: str) -> None:
+    body = json.dumps(
+        {"detail": f"no enabled gateway named {name!r}", "code": "not_found", "field": "gateway"}
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 404,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,235 @@
+"""The gateway's database side: policies, gated calls and their audit events (sync, run on dbexec).
+
+A gated call is an ordinary action pushed through ``approvals.services.push_action``;
+this module only adds what the gateway needs around it: which action an
+identical repeat attaches to, the single claim on calling the upstream, and
+the audit events of pass-through calls and upstream calls.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import re
+
+from django.db import transaction
+from django.utils import timezone
+
+from approvals import services as approvals
+from approvals.errors import IdempotencyConflict, ImpriError
+from approvals.models import Action, ActionStatus, Agent
+from approvals.schemas import ActionIn, resolve_path
+from audit import log as audit
+from audit.models import ActorType, canonical_json
+from rules import services as rule_services
+
+from .models import GatedCall, Policy, ToolPolicy, Upstream
+
+KEY_PREFIX = "mcp-gateway:"
+TITLE_FIELD_RE = re.compile(r"\{([A-Za-z0-9_.-]+)\}")
+
+
+class GatewayNotFound(ImpriError):
+    status_code = 404
+    code = "not_found"
+
+    def __init__(self, name: str):
+        super().__init__(f"no enabled gateway named {name!r}", field="gateway")
+
+
+def load(name: str) -> Upstream:
+    upstream = Upstream.objects.filter(name=name, enabled=True).first()
+    if upstream is None:
+        raise GatewayNotFound(name)
+    return upstream
+
+
+def exists(name: str) -> bool:
+    return Upstream.objects.filter(name=name, enabled=True).exists()
+
+
+def kind_for(gateway: str, tool: str) -> str:
+    """``mcp.<gateway>.<tool>``, lowercased, anything but ``[a-z0-9_]`` turned into ``_``."""
+    clean = lambda text: re.sub(r"[^a-z0-9_]", "_", text.lower())  # noqa: E731
+    return f"mcp.{clean(gateway)}.{clean(tool)}"[:100]
+
+
+def policy_for(upstream: Upstream, tool: str) -> ToolPolicy:
+    """The tool's own policy, or an unsaved one carrying the gateway's default."""
+    found = ToolPolicy.objects.filter(upstream=upstream, tool=tool).first()
+    return found or ToolPolicy(upstream=upstream, tool=tool, policy=upstream.default_policy)
+
+
+def policies(upstream: Upstream) -> dict[str, ToolPolicy]:
+    return {p.tool: p for p in ToolPolicy.objects.filter(upstream=upstream)}
+
+
+def effective(upstream: Upstream, tool: str, explicit: dict[str, ToolPolicy] | None = None) -> str:
+    """allow, review or deny: an allowed tool whose kind a rule names explicitly is reviewed."""
+    policy = (explicit or {}).get(tool) if explicit is not None else policy_for(upstream, tool)
+    value = policy.policy if policy else upstream.default_policy
+    if value == Policy.ALLOW and _named_by_a_rule(kind_for(upstream.name, tool)):
+        return Policy.REVIEW
+    return value
+
+
+def _named_by_a_rule(kind: str) -> bool:
+    """A rule whose kind pattern (other than the catch-all ``*``) matches: the rules decide."""
+    return any(
+        rule.enabled and rule.kind != "*" and fnmatch.fnmatchcase(kind, rule.kind)
+        for rule in rule_services.current_rules().rules
+    )
+
+
+def arguments_sha256(arguments: dict) -> str:
+    return hashlib.sha256(canonical_json(arguments)).hexdigest()
+
+
+def title_for(policy: ToolPolicy, gateway: str, tool: str, arguments: dict) -> str:
+    """The policy's template with ``{argument}`` fields filled in; a missing field stays as written."""
+    template = policy.title or f"{tool} via {gateway}"
+
+    def fill(match) -> str:
+        found, value = resolve_path({"payload": arguments}, "payload." + match.group(1))
+        if not found or isinstance(value, dict | list):
+            return match.group(0)
+        return str(value)
+
+    title = " ".join(TITLE_FIELD_RE.sub(fill, template).split())
+    return title[:200] or tool
+
+
+def begin(agent: Agent, upstream: Upstream, tool: str, arguments: dict) -> Action:
+    """The action for this call: the one an identical undelivered call made, else a new one.
+
+    The idempotency key counts the identical calls already answered, so
+    concurrent identical calls share one action (the database's unique key
+    decides), and once a call's outcome was delivered, the next is a new action.
+    An undelivered action that expired or was cancelled is not waited on by
+    anyone: it counts as answered, and the call starts a new action.
+    """
+    digest = arguments_sha256({"gateway": upstream.name, "tool": tool, "arguments": arguments})
+    answered = GatedCall.objects.filter(
+        agent=agent, arguments_sha256=digest, delivered_at__isnull=False
+    ).count()
+    key = f"{KEY_PREFIX}{digest}:{answered}"
+    existing = Action.objects.filter(agent=agent, idempotency_key=key).first()
+    if existing is not None and existing.effective_status in (
+        ActionStatus.EXPIRED,
+        ActionStatus.CANCELLED,
+    ):
+        delivered(existing.pk)
+        key = f"{KEY_PREFIX}{digest}:{answered + 1}"
+        existing = Action.objects.filter(agent=agent, idempotency_key=key).first()
+    if existing is None:
+        policy = policy_for(upstream, tool)
+        data = ActionIn.model_validate(
+            {
+                "kind": kind_for(upstream.name, tool),
+                "title": title_for(policy, upstream.name, tool, arguments),
+                "preview": {"format": "json", "body": _preview(upstream.name, tool, arguments)},
+                "payload": arguments,
+                "editable": _editable(policy, arguments),
+                "context": {"gateway": upstream.name, "tool": tool, "upstream": upstream.target},
+                "idempotency_key": key,
+            }
+        )
+        try:
+            existing, _ = approvals.push_action(agent, data)
+        except IdempotencyConflict:  # the policy changed between two identical calls
+            existing = Action.objects.get(agent=agent, idempotency_key=key)
+    GatedCall.objects.get_or_create(
+        action=existing,
+        defaults={
+            "agent": agent,
+            "gateway": upstream.name,
+            "tool": tool,
+            "arguments_sha256": digest,
+        },
+    )
+    return approvals.get_action_for_agent(existing.pk, agent)
+
+
+def _preview(gateway: str, tool: str, arguments: dict) -> str:
+    call = {"gateway": gateway, "tool": tool, "arguments": arguments}
+    return json.dumps(call, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def _editable(policy: ToolPolicy, arguments: dict) -> list[str]:
+    """``payload.<path>`` for each editable argument the call actually carries as a scalar."""
+    paths = []
+    for path in policy.editable:
+        found, value = resolve_path({"payload": arguments}, "payload." + path)
+        if found and value is not None and not isinstance(value, dict | list):
+            paths.append("payload." + path)
+    return paths
+
+
+def claim(action: Action, grant_jti: str) -> bool:
+    """Take the one right to call the upstream for this approved action (audited); False if taken."""
+    with transaction.atomic():
+        won = GatedCall.objects.filter(action=action, upstream_called_at__isnull=True).update(
+            upstream_called_at=timezone.now()
+        )
+        if won:
+            audit.record(
+                "gateway.upstream_called",
+                actor_type=ActorType.SYSTEM,
+                actor_id=f"gateway:{action.gated_call.gateway}",
+                action_id=action.pk,
+                data={
+                    "tool": action.gated_call.tool,
+                    "payload_sha256": approvals.payload_sha256(action.payload),
+                    "grant_jti": grant_jti,
+                },
+            )
+    return bool(won)
+
+
+def delivered(action_id: str) -> None:
+    GatedCall.objects.filter(action_id=action_id, delivered_at__isnull=True).update(
+        delivered_at=timezone.now()
+    )
+
+
+def record_pass(
+    agent: Agent, gateway: str, tool: str, arguments: dict, *, redact: bool, error: str = ""
+) -> None:
+    """Audit a pass-through call: the arguments' hash always, the arguments unless redacted."""
+    data = {
+        "gateway": gateway,
+        "tool": tool,
+        "policy": Policy.ALLOW.value,
+        "arguments_sha256": arguments_sha256(arguments),
+        "outcome": "error" if error else "ok",
+    }
+    if not redact:
+        data["arguments"] = arguments
+    if error:
+        data["error"] = error[:2000]
+    with transaction.atomic():
+        audit.record("gateway.called", actor_type=ActorType.AGENT, actor_id=agent.name, data=data)
+
+
+def record_state(name: str, error: str = "", tools: list[dict] | None = None) -> None:
+    """Remember whether the upstream answered (for /readyz), and what it offered."""
+    fields = {"last_error": error[:2000], "last_checked_at": timezone.now()}
+    if tools is not None:
+        fields.update(tools_cache=tools, tools_refreshed_at=fields["last_checked_at"])
+    Upstream.objects.filter(name=name).update(**fields)
+
+
+def states() -> dict:
+    """Each enabled gateway's last known reachability, for /readyz."""
+    out = {}
+    for upstream in Upstream.objects.filter(enabled=True):
+        if upstream.last_checked_at is None:
+            status = "unknown"
+        else:
+            status = "unreachable" if upstream.last_error else "ok"
+        entry = {"status": status}
+        if upstream.last_error:
+            entry["error"] = upstream.last_error
+        out[upstream.name] = entry
+    return out

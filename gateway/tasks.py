@@ -1,0 +1,48 @@
+"""The scheduled refresh of upstream tool lists (Celery beat in scaled mode, the ticker embedded)."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from asgiref.sync import async_to_sync
+from celery import shared_task
+from django.db.models import Q
+from django.utils import timezone
+
+from . import services, upstream
+from .models import Upstream
+
+logger = logging.getLogger(__name__)
+
+REFRESH_EVERY_S = 300
+
+
+def refresh_due(now=None) -> int:
+    """Ask each enabled upstream not asked for ``REFRESH_EVERY_S`` for its tools; returns how many answered.
+
+    A tool that appears later is listed under the gateway's ``default`` policy
+    from then on; an upstream that does not answer is recorded for ``/readyz``.
+    """
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=REFRESH_EVERY_S)
+    due = Upstream.objects.filter(enabled=True).filter(
+        Q(last_checked_at__isnull=True) | Q(last_checked_at__lte=cutoff)
+    )
+    answered = 0
+    for row in due:
+        try:
+            tools = async_to_sync(upstream.list_tools)(upstream.Target.of(row))
+        except upstream.UpstreamError as exc:
+            logger.warning("gateway %s: %s", row.name, exc)
+            services.record_state(row.name, str(exc))
+            continue
+        dumped = [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tools]
+        services.record_state(row.name, "", dumped)
+        answered += 1
+    return answered
+
+
+@shared_task
+def refresh_tools() -> int:
+    return refresh_due()

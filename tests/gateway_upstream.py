@@ -1,0 +1,86 @@
+"""A payment provider's MCP server for the gateway tests, built with the official SDK.
+
+``python tests/gateway_upstream.py --http PORT`` (streamable HTTP on 127.0.0.1, requires
+``Authorization: Bearer $UPSTREAM_TOKEN`` when that is set) or ``--stdio``.
+Every call it receives is appended to ``$UPSTREAM_LOG`` as one JSON line, so a
+test can count exactly what reached it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import BaseModel
+
+server = MCPServer(name="psp", instructions="A payment provider.")
+
+
+def record(tool: str, arguments: dict) -> None:
+    with open(os.environ["UPSTREAM_LOG"], "a") as log:
+        log.write(json.dumps({"tool": tool, "arguments": arguments}) + "\n")
+
+
+class Refund(BaseModel):
+    refund_id: str
+    order_id: str
+    amount_cents: int
+
+
+class Order(BaseModel):
+    order_id: str
+    total_cents: int
+    status: str
+
+
+@server.tool()
+async def create_refund(order_id: str, amount_cents: int, reason: str = "") -> Refund:
+    """Refund part or all of an order, in cents. Money leaves the merchant's account."""
+    record("create_refund", {"order_id": order_id, "amount_cents": amount_cents, "reason": reason})
+    if order_id == "boom":
+        raise ToolError("card network declined the refund (code 05)")
+    return Refund(
+        refund_id=f"re_{order_id}_{amount_cents}", order_id=order_id, amount_cents=amount_cents
+    )
+
+
+@server.tool()
+async def get_order(order_id: str) -> Order:
+    """Look up an order."""
+    record("get_order", {"order_id": order_id})
+    return Order(order_id=order_id, total_cents=8400, status="paid")
+
+
+@server.tool()
+async def delete_customer(customer_id: str) -> str:
+    """Delete a customer and all their data."""
+    record("delete_customer", {"customer_id": customer_id})
+    return f"deleted {customer_id}"
+
+
+def require_token(app, token: str):
+    expected = f"Bearer {token}".encode()
+
+    async def guarded(scope, receive, send):
+        if scope["type"] == "http" and dict(scope["headers"]).get(b"authorization") != expected:
+            await send({"type": "http.response.start", "status": 401, "headers": []})
+            await send({"type": "http.response.body", "body": b"bad token"})
+            return
+        await app(scope, receive, send)
+
+    return guarded
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--stdio":
+        server.run("stdio")
+    else:
+        import uvicorn
+
+        app = server.streamable_http_app(stateless_http=True, json_response=True)
+        if os.environ.get("UPSTREAM_TOKEN"):
+            app = require_token(app, os.environ["UPSTREAM_TOKEN"])
+        uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
