@@ -66,6 +66,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from approvals import events  # noqa: E402
+from impri.logs import AccessLog  # noqa: E402
 from impri.mcp_asgi import MCP_PATH, mcp_app  # noqa: E402
 from inbox.routing import websocket_urlpatterns  # noqa: E402
 
@@ -146,7 +147,7 @@ async def http_router(scope, receive, send):
 
 application = ProtocolTypeRouter(
     {
-        "http": BodyLimit(http_router, settings.IMPRI_MAX_BODY_BYTES),
+        "http": AccessLog(BodyLimit(http_router, settings.IMPRI_MAX_BODY_BYTES)),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

@@ -15,6 +15,7 @@ from django.db import DatabaseError
 from approvals import keys
 from approvals.errors import RateLimited
 from approvals.mcp import build_server
+from impri import storage
 
 
 class Command(BaseCommand):
@@ -41,7 +42,9 @@ class Command(BaseCommand):
                 "IMPRI_API_KEY is a reviewer token; `impri mcp` needs an agent key "
                 "from `impri createagent NAME`"
             )
-        self.stderr.write(f"Impri MCP (stdio) serving agent {principal.agent.name}")
+        self.stderr.write(
+            f"Impri MCP (stdio) serving agent {principal.agent.name}; {storage.describe()}"
+        )
         build_server(api_key=raw).run("stdio")
 
 
