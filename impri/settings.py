@@ -174,6 +174,8 @@ IMPRI_PROCESS_ROLE = env("IMPRI_PROCESS_ROLE", "command")
 _POOL_BY_ROLE = {"serve": "12", "mcp": "2", "worker": "2", "beat": "1"}
 IMPRI_DB_POOL_SIZE = envint("IMPRI_DB_POOL_SIZE", _POOL_BY_ROLE.get(IMPRI_PROCESS_ROLE, "0"))
 IMPRI_DB_POOL_TIMEOUT_S = envfloat("IMPRI_DB_POOL_TIMEOUT_S", "10", minimum=0.1)
+# `impri waitdb` (the image's start script) gives up on the database and Redis after this long.
+IMPRI_DB_WAIT_S = envfloat("IMPRI_DB_WAIT_S", "60", minimum=0)
 # Threads that run database work for async code (long-polls, MCP tools, the hub).
 IMPRI_DB_THREADS = envint("IMPRI_DB_THREADS", "8", minimum=1)
 # `impri serve`: a full garbage collection after this many young-generation passes
