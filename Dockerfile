@@ -15,13 +15,8 @@ WORKDIR /src
 COPY requirements.lock ./
 # Dependencies first, as wheels: this layer is reused until the lock changes.
 RUN python -m pip wheel --wheel-dir /wheels -r requirements.lock
-COPY pyproject.toml README.md ./
-COPY impri ./impri
-COPY approvals ./approvals
-COPY rules ./rules
-COPY audit ./audit
-COPY inbox ./inbox
-COPY templates ./templates
+# The source tree (what .dockerignore lets through); it stays in this stage.
+COPY . ./
 RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
  && python -m venv --without-pip /opt/impri \
  && python -m pip --python /opt/impri/bin/python install --no-index --find-links /wheels \
