@@ -42,7 +42,7 @@ from urllib.parse import urlsplit, urlunsplit
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from install_check import Receiver, admin_sql, free_port, http  # noqa: E402
+from install_check import Receiver, admin_sql, free_port, http, refund  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TAG = "localhost/impri:ci"
@@ -262,11 +262,7 @@ def embedded(image: Image) -> None:
         "POST",
         base + "/api/v1/actions",
         key,
-        {
-            "kind": "payment.refund",
-            "title": "Refund $5 on order 1",
-            "payload": {"amount_cents": 500},
-        },
+        refund("Refund $5 on order 1", 500),
     )
     assert action["status"] == "pending", action
     image.stop_all()
@@ -349,12 +345,7 @@ def scaled(image: Image, compose: dict) -> None:
                 "POST",
                 base + "/api/v1/actions",
                 agent,
-                {
-                    "kind": "payment.refund",
-                    "title": "Refund $9 on order 2",
-                    "payload": {"amount_cents": 900},
-                    "callback_url": receiver.url,
-                },
+                refund("Refund $9 on order 2", 900, callback_url=receiver.url),
             )
             http("POST", f"{base}/api/v1/actions/{action['action_id']}/approve", rita)
             got = receiver.wait(90, image.logs)

@@ -149,8 +149,23 @@ def http(method: str, url: str, key: str, body: dict | None = None) -> dict:
         data=json.dumps(body or {}).encode(),
         headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
     )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.loads(response.read())
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        raise SystemExit(f"install-check: {method} {url} -> {exc.code} {exc.read()!r}") from None
+
+
+def refund(title: str, amount_cents: int, **extra) -> dict:
+    """A push body (the README's refund, smaller)."""
+    return {
+        "kind": "payment.refund",
+        "title": title,
+        "preview": {"format": "markdown", "body": f"Refund **{amount_cents / 100:.2f}**."},
+        "payload": {"order_id": "7", "amount_cents": amount_cents, "currency": "USD"},
+        "target_url": "https://shop.example.com/admin/orders/7",
+        **extra,
+    }
 
 
 def wait_healthy(base: str, stack: Stack) -> None:
@@ -196,12 +211,7 @@ def deliver_one_webhook(stack: Stack, *, scaled: bool) -> None:
             "POST",
             base + "/api/v1/actions",
             agent,
-            {
-                "kind": "payment.refund",
-                "title": "Refund $12.00 on order 7",
-                "payload": {"order_id": "7", "amount_cents": 1200},
-                "callback_url": receiver.url,
-            },
+            refund("Refund $12.00 on order 7", 1200, callback_url=receiver.url),
         )
         http("POST", f"{base}/api/v1/actions/{action['action_id']}/approve", rita)
         got = receiver.wait(90, stack.logs)
