@@ -119,6 +119,8 @@ def build() -> dict:
         *STORAGE,
         "build",
         "--pull=never",
+        # One commit per stage: with the vfs driver every layer is a full copy of the tree.
+        "--layers=false",
         "--isolation",
         "chroot",
         "-v",
