@@ -160,3 +160,73 @@ def test_backup_of_postgresql_points_to_pg_dump(tmp_path):
     )
     assert done.returncode != 0
     assert "pg_dump" in done.stderr
+
+
+CLOSED = "postgres://impri@127.0.0.1:9/impri"  # the discard port: nothing listens
+
+
+def test_waitdb_gives_up_with_one_line_per_attempt(tmp_path):
+    done = impri(
+        "waitdb", "--timeout", "1", cwd=tmp_path, IMPRI_DATA_DIR=str(tmp_path), DATABASE_URL=CLOSED
+    )
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert lines[0].startswith("impri: waiting for the database: OperationalError")
+    assert lines[-1].startswith("CommandError: database not reachable after 1s")
+    assert "Traceback" not in done.stderr
+
+
+def test_waitdb_is_ready_at_once_on_sqlite(tmp_path):
+    done = impri("waitdb", cwd=tmp_path, IMPRI_DATA_DIR=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith(f"impri: ready (data directory {tmp_path}")
+
+
+def start_script(*args: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    """The image's start script, with this environment's `impri` first on PATH."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "impri").write_text(f'#!/bin/sh\nexec {sys.executable} -m impri "$@"\n')
+    (bin_dir / "impri").chmod(0o755)
+    return impri_like(
+        ["sh", str(ROOT / "docker/impri-start"), *args],
+        cwd=tmp_path,
+        PATH=f"{bin_dir}:{os.environ['PATH']}",
+        **env,
+    )
+
+
+def impri_like(argv: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("IMPRI_", "DJANGO_"))
+        and k not in ("SECRET_KEY", "DATABASE_URL", "REDIS_URL")
+    }
+    return subprocess.run(
+        argv,
+        env={**clean, "PYTHONPATH": str(ROOT), **env},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_start_script_waits_for_the_database_then_gives_up_in_one_line(tmp_path):
+    done = start_script(
+        "migrate",
+        tmp_path=tmp_path,
+        IMPRI_DATA_DIR=str(tmp_path),
+        DATABASE_URL=CLOSED,
+        IMPRI_DB_WAIT_S="1",
+    )
+    assert done.returncode == 1
+    assert "database not reachable after 1s" in done.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in done.stderr
+
+
+def test_the_start_script_runs_other_commands_without_waiting(tmp_path):
+    done = start_script("--version", tmp_path=tmp_path, DATABASE_URL=CLOSED)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("impri ")
