@@ -159,4 +159,5 @@ def test_ci_runs_the_readmes_test_command_and_the_install_and_image_legs():
     assert f'{test} "$@"' in ci
     assert "python3 .ci/install_check.py" in ci
     assert ".ci/image_check" in ci
+    assert ".ci/proxy_check.py" in ci
     assert "IMPRI_CALLBACK_ALLOWED_NETWORKS" in (ROOT / ".ci/install_check.py").read_text()
