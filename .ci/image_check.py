@@ -20,6 +20,7 @@ as the image's user, with the image's environment and nothing of the host's.
    a webhook to a loopback receiver.
 
 Needs root. Usage: DATABASE_URL=postgres://... REDIS_URL=redis://... .ci/image_check.py
+(IMPRI_IMAGE_CHECK_REUSE=1 skips the build when the image exists: for iterating on this script.)
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ BASE = "docker.io/library/python:3.11-slim"
 ROOTFS = Path(os.environ.get("IMPRI_BASE_ROOTFS", "/var/tmp/impri-python-3.11-rootfs"))
 STORAGE = ["--storage-driver", "vfs"]
 WORK = Path(tempfile.mkdtemp(prefix="impri-image-"))
+SPECIAL_MOUNTS = ("proc", "dev", "dev/shm")
 
 
 def log(message: str) -> None:
@@ -112,6 +114,18 @@ def ensure_base() -> None:
 
 
 def build() -> dict:
+    reuse = os.environ.get("IMPRI_IMAGE_CHECK_REUSE") == "1"
+    if reuse and subprocess.run(["podman", *STORAGE, "image", "exists", TAG]).returncode == 0:
+        log(f"reusing {TAG} (IMPRI_IMAGE_CHECK_REUSE=1)")
+    else:
+        _build()
+    [image] = json.loads(out("podman", *STORAGE, "image", "inspect", TAG))
+    size_mb = image["Size"] / 1e6
+    log(f"image size: {size_mb:.0f} MB ({image['Size']} bytes)")
+    return image["Config"]
+
+
+def _build() -> None:
     log("podman build")
     started = time.monotonic()
     sh(
@@ -121,6 +135,9 @@ def build() -> dict:
         "--pull=never",
         # One commit per stage: with the vfs driver every layer is a full copy of the tree.
         "--layers=false",
+        # Docker's image format keeps HEALTHCHECK (the OCI format has no such field).
+        "--format",
+        "docker",
         "--isolation",
         "chroot",
         "-v",
@@ -130,10 +147,6 @@ def build() -> dict:
         str(ROOT),
     )
     log(f"built in {time.monotonic() - started:.0f}s")
-    [image] = json.loads(out("podman", *STORAGE, "image", "inspect", TAG))
-    size_mb = image["Size"] / 1e6
-    log(f"image size: {size_mb:.0f} MB ({image['Size']} bytes)")
-    return image["Config"]
 
 
 class Mounted:
@@ -142,11 +155,12 @@ class Mounted:
     def __init__(self):
         self.container = out("buildah", *STORAGE, "from", "--pull-never", TAG)
         self.root = Path(out("buildah", *STORAGE, "mount", self.container))
-        for special in ("proc", "dev"):
+        # /dev/shm too (its own mount): Celery's prefork pool makes semaphores there.
+        for special in SPECIAL_MOUNTS:
             sh("mount", "--bind", f"/{special}", str(self.root / special))
 
     def close(self) -> None:
-        for special in ("proc", "dev"):
+        for special in reversed(SPECIAL_MOUNTS):
             subprocess.run(["umount", str(self.root / special)])
         subprocess.run(["buildah", *STORAGE, "umount", self.container], capture_output=True)
         subprocess.run(["buildah", *STORAGE, "rm", self.container], capture_output=True)
@@ -235,6 +249,7 @@ def check_config(config: dict, image: Image) -> None:
     assert image.env.get("IMPRI_DATA_DIR") == "/data", image.env
     assert config["User"] not in ("", "root", "0"), config["User"]
     assert "/data" in (config.get("Volumes") or {}), config.get("Volumes")
+    assert "/healthz" in " ".join((config.get("Healthcheck") or {}).get("Test", [])), config
     assert not any(re.search(r"\b(8000|0\.0\.0\.0)\b", part) for part in image.cmd), image.cmd
     root = image.root
     leftovers = [p for p in ("src", "wheels", "app", "root/.cache/pip") if (root / p).exists()]
