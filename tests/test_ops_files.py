@@ -103,6 +103,8 @@ def test_the_image_contract_is_in_the_dockerfile():
     [user] = [arg for op, arg in runtime if op == "USER"]
     assert user not in ("root", "0")
     assert ("VOLUME", "/data") in runtime
+    [health] = [arg for op, arg in runtime if op == "HEALTHCHECK"]
+    assert "/healthz" in health and "IMPRI_PORT" in health
     [cmd] = [json.loads(arg) for op, arg in runtime if op == "CMD"]
     assert cmd == ["impri-start", "serve"]  # host and port come from IMPRI_HOST / IMPRI_PORT
     assert not any(
