@@ -67,6 +67,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from approvals import events  # noqa: E402
 from gateway.asgi import GATEWAY_PREFIX, gateway_app  # noqa: E402
+from impri.logs import AccessLog  # noqa: E402
 from impri.mcp_asgi import MCP_PATH, mcp_app  # noqa: E402
 from inbox.routing import websocket_urlpatterns  # noqa: E402
 
@@ -149,7 +150,7 @@ async def http_router(scope, receive, send):
 
 application = ProtocolTypeRouter(
     {
-        "http": BodyLimit(http_router, settings.IMPRI_MAX_BODY_BYTES),
+        "http": AccessLog(BodyLimit(http_router, settings.IMPRI_MAX_BODY_BYTES)),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

@@ -1,22 +1,116 @@
-"""The ``impri`` console script: a thin wrapper over Django's ``manage.py``."""
+"""The ``impri`` console script: a thin wrapper over Django's ``manage.py``.
+
+Before handing over to Django it answers ``--version`` and ``help`` itself
+(Impri's commands first), refuses ``impri mcp`` where there is no database,
+and turns a configuration error into one line on stderr instead of a traceback.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
+from importlib import metadata
+from pathlib import Path
 
 # Long-running commands whose database pool is sized by role (impri/settings.py).
 ROLES = ("serve", "worker", "beat", "mcp")
+IMPRI_APPS = ("approvals", "rules", "audit", "inbox")
+HELP_ARGS = ([], ["help"], ["--help"], ["-h"])
+
+
+def version() -> str:
+    try:
+        return metadata.version("impri")
+    except metadata.PackageNotFoundError:  # running from a source tree that isn't installed
+        return "unknown"
 
 
 def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "impri.settings")
     args = sys.argv[1:] if argv is None else argv
+    if args in (["--version"], ["version"]):
+        print(f"impri {version()}")
+        return
     if args and args[0] in ROLES:
         os.environ.setdefault("IMPRI_PROCESS_ROLE", args[0])
+    if args[:1] == ["mcp"]:
+        _refuse_a_fresh_database()
+    _load_settings()
+    if args in HELP_ARGS:
+        print(help_text())
+        return
     from django.core.management import execute_from_command_line
 
     execute_from_command_line(["impri", *args])
+
+
+def _fail(message: str) -> None:
+    print(f"impri: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _load_settings() -> None:
+    """Read the settings now, so that a bad variable is one line, not a traceback."""
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+
+    try:
+        settings.INSTALLED_APPS  # noqa: B018  (the first access reads impri/settings.py)
+    except ImproperlyConfigured as exc:
+        _fail(str(exc))
+
+
+def _env(name: str) -> str:
+    file_path = os.environ.get(f"{name}_FILE")
+    return Path(file_path).read_text().strip() if file_path else os.environ.get(name, "")
+
+
+def _refuse_a_fresh_database() -> None:
+    """``impri mcp`` is started by an agent host from any directory: never invent a database there.
+
+    Reading the settings would create the data directory and a secret key, and
+    SQLite would create an empty database, so this runs first, on the same
+    default as ``impri/settings.py`` (``IMPRI_DATA_DIR``, else ``./impri-data``).
+    """
+    if _env("DATABASE_URL"):
+        return
+    data_dir = Path(_env("IMPRI_DATA_DIR") or Path.cwd() / "impri-data").resolve()
+    database = data_dir / "impri.sqlite3"
+    if not database.exists():
+        hint = "" if _env("IMPRI_DATA_DIR") else " (IMPRI_DATA_DIR is not set)"
+        _fail(
+            f"no Impri database at {database}{hint}. Set IMPRI_DATA_DIR to the data directory "
+            "`impri serve` uses (it prints it on start), or DATABASE_URL; to start a new "
+            "installation there, run `impri migrate` first."
+        )
+
+
+def help_text() -> str:
+    import django
+    from django.core.management import get_commands, load_command_class
+
+    django.setup()
+
+    ours, theirs = [], {}
+    for name, app in sorted(get_commands().items()):
+        if app in IMPRI_APPS:
+            command = load_command_class(app, name)
+            summary = (command.help or "").strip().split("\n")[0]
+            ours.append(f"  {name:<16}{summary}")
+        else:
+            theirs.setdefault(app.rpartition(".")[2], []).append(name)
+    lines = [
+        f"impri {version()}: a human between an AI agent and the actions that matter.",
+        "",
+        "Usage: impri <command> [options]    (impri help <command> for its options)",
+        "",
+        "Impri commands:",
+        *ours,
+        "",
+        "Django's commands (impri wraps manage.py):",
+        *(f"  [{app}] {', '.join(names)}" for app, names in sorted(theirs.items())),
+    ]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -11,9 +11,12 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+
+from impri.logs import logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -61,6 +64,10 @@ DEBUG = envbool("IMPRI_DEBUG", "false")
 DATA_DIR = Path(env("IMPRI_DATA_DIR", str(Path.cwd() / "impri-data"))).resolve()
 
 
+# Long-running commands that must share SECRET_KEY when several processes share PostgreSQL.
+SHARED_KEY_ROLES = ("serve", "worker", "beat")
+
+
 def _secret_key() -> str:
     """SECRET_KEY from the environment, else one generated once and kept in the data dir.
 
@@ -70,6 +77,14 @@ def _secret_key() -> str:
     key = env("SECRET_KEY")
     if key:
         return key
+    if env("DATABASE_URL") and env("IMPRI_PROCESS_ROLE") in SHARED_KEY_ROLES:
+        # Scaled mode: servers, workers and beat on other machines or directories would
+        # each generate their own key, and a reviewer's session would end at every hop.
+        raise ImproperlyConfigured(
+            "SECRET_KEY is not set: with DATABASE_URL every impri serve, worker and beat "
+            "must share one key. Set SECRET_KEY (or SECRET_KEY_FILE) to the same value "
+            "everywhere, e.g. from: python3 -c 'import secrets; print(secrets.token_urlsafe(50))'"
+        )
     path = DATA_DIR / "secret_key"
     try:
         DATA_DIR.mkdir(parents=True, exist_ok=True)
@@ -88,10 +103,14 @@ def _secret_key() -> str:
 
 SECRET_KEY = _secret_key()
 
-ALLOWED_HOSTS = [
-    h.strip() for h in env("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h.strip()
+# Unset, they follow IMPRI_BASE_URL: its host is served and its origin may post forms.
+_base = urlsplit(env("IMPRI_BASE_URL"))
+_hosts = "localhost,127.0.0.1,[::1]" + (f",{_base.hostname}" if _base.hostname else "")
+ALLOWED_HOSTS = [h.strip() for h in (env("ALLOWED_HOSTS") or _hosts).split(",") if h.strip()]
+_origins = f"{_base.scheme}://{_base.netloc}" if _base.hostname else ""
+CSRF_TRUSTED_ORIGINS = [
+    o.strip() for o in (env("CSRF_TRUSTED_ORIGINS") or _origins).split(",") if o.strip()
 ]
-CSRF_TRUSTED_ORIGINS = [o.strip() for o in env("CSRF_TRUSTED_ORIGINS").split(",") if o.strip()]
 
 INSTALLED_APPS = [
     "daphne",
@@ -159,6 +178,8 @@ IMPRI_PROCESS_ROLE = env("IMPRI_PROCESS_ROLE", "command")
 _POOL_BY_ROLE = {"serve": "12", "mcp": "2", "worker": "2", "beat": "1"}
 IMPRI_DB_POOL_SIZE = envint("IMPRI_DB_POOL_SIZE", _POOL_BY_ROLE.get(IMPRI_PROCESS_ROLE, "0"))
 IMPRI_DB_POOL_TIMEOUT_S = envfloat("IMPRI_DB_POOL_TIMEOUT_S", "10", minimum=0.1)
+# `impri waitdb` (the image's start script) gives up on the database and Redis after this long.
+IMPRI_DB_WAIT_S = envfloat("IMPRI_DB_WAIT_S", "60", minimum=0)
 # Threads that run database work for async code (long-polls, MCP tools, the hub).
 IMPRI_DB_THREADS = envint("IMPRI_DB_THREADS", "8", minimum=1)
 # `impri serve`: a full garbage collection after this many young-generation passes
@@ -177,6 +198,8 @@ if DATABASE_URL:
             "timeout": IMPRI_DB_POOL_TIMEOUT_S,
         }
 else:
+    # SQLite opens but never creates the directory (SECRET_KEY set: nothing else made it).
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
@@ -385,18 +408,11 @@ EMAIL_USE_TLS = envbool("EMAIL_USE_TLS", "true")
 DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "impri@localhost")
 EMAIL_TIMEOUT = envint("EMAIL_TIMEOUT", "10", minimum=1)
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env("IMPRI_LOG_LEVEL", "INFO")},
-    "loggers": {
-        "django.db.backends": {"level": "INFO"},
-        # The MCP SDK logs every stateless request at INFO.
-        "mcp.server.streamable_http": {"level": "WARNING"},
-    },
-}
+# plain: "time level logger message"; json: one JSON object per line (impri/logs.py).
+IMPRI_LOG_FORMAT = env("IMPRI_LOG_FORMAT", "plain").strip().lower() or "plain"
+if IMPRI_LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured(f"IMPRI_LOG_FORMAT must be plain or json, not {IMPRI_LOG_FORMAT!r}")
+LOGGING = logging_config(IMPRI_LOG_FORMAT, env("IMPRI_LOG_LEVEL", "INFO"))
 
 # --- Inbox ----------------------------------------------------------------------
 # No 'unsafe-inline' and no 'unsafe-eval' for scripts or styles: every script is

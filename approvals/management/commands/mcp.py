@@ -15,6 +15,7 @@ from django.db import DatabaseError
 from approvals import keys
 from approvals.errors import RateLimited
 from approvals.mcp import build_server
+from impri import storage
 
 
 class Command(BaseCommand):
@@ -58,11 +59,14 @@ class Command(BaseCommand):
                     f"no enabled gateway named {gateway!r}: see `impri gateway export`"
                 )
             self.stderr.write(
-                f"Impri MCP gateway {gateway} (stdio) serving agent {principal.agent.name}"
+                f"Impri MCP gateway {gateway} (stdio) serving agent {principal.agent.name}; "
+                f"{storage.describe()}"
             )
             build_gateway_server(gateway, api_key=raw).run("stdio")
             return
-        self.stderr.write(f"Impri MCP (stdio) serving agent {principal.agent.name}")
+        self.stderr.write(
+            f"Impri MCP (stdio) serving agent {principal.agent.name}; {storage.describe()}"
+        )
         build_server(api_key=raw).run("stdio")
 
 

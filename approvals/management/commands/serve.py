@@ -9,6 +9,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from approvals import services
+from impri import cli, storage
 
 
 class Command(BaseCommand):
@@ -49,12 +50,15 @@ class Command(BaseCommand):
         services.default_group()
         if settings.CELERY_TASK_ALWAYS_EAGER if ticker is None else ticker:
             embedded_ticker.install_in_reactor()
-        self.stdout.write(
+        # Banners go to stderr with the logs; stdout stays empty (docs/ARCHITECTURE.md).
+        self.stderr.write(f"Impri {cli.version()}: {storage.describe()}")
+        self.stderr.write(
             f"Impri is listening on http://{host}:{port}/ (inbox at /inbox/, API at /api/v1/)"
         )
-        self.stdout.flush()
+        self.stderr.flush()
         shutdown.install(reactor)
-        daphne_args = ["-b", host, "-p", str(port)]
+        # -v 0: no daphne access log on stdout; impri.logs.AccessLog logs each request.
+        daphne_args = ["-v", "0", "-b", host, "-p", str(port)]
         if proxy_headers:
             daphne_args.append("--proxy-headers")
         CommandLineInterface().run([*daphne_args, "impri.asgi:application"])

@@ -1,19 +1,44 @@
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand
+import logging
+import os
+import sys
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from impri import storage
+
+NEEDS_REDIS = (
+    "impri {command} needs REDIS_URL (the Celery broker, e.g. redis://127.0.0.1:6379/0). "
+    "Without it Impri runs in embedded mode, where `impri serve` does this work itself."
+)
+
+
+def start_background_process(command: str, stderr, loglevel: str | None) -> None:
+    """What `impri worker` and `impri beat` do before handing over to Celery."""
+    if not settings.REDIS_URL:
+        raise CommandError(NEEDS_REDIS.format(command=command))
+    if loglevel:
+        logging.getLogger().setLevel(loglevel.upper())
+    stderr.write(f"Impri {command}: {storage.describe()}")
+    # Celery prints its banner to stdout; everything of a background process goes to stderr.
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
 
 
 class Command(BaseCommand):
-    help = "Run a Celery worker (scaled mode: needs REDIS_URL)."
+    help = "Run a Celery worker: webhooks, notifications, sweeps (scaled mode: needs REDIS_URL)."
 
     def add_arguments(self, parser):
         parser.add_argument("--concurrency", type=int, default=None)
-        parser.add_argument("--loglevel", default="INFO")
+        parser.add_argument("--loglevel", default=None, help="Default: IMPRI_LOG_LEVEL.")
 
     def handle(self, *args, concurrency, loglevel, **options):
         from impri.celery import app
 
-        argv = ["worker", f"--loglevel={loglevel}"]
+        start_background_process("worker", self.stderr, loglevel)
+        argv = ["worker"]
         if concurrency:
             argv.append(f"--concurrency={concurrency}")
         app.worker_main(argv)

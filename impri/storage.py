@@ -1,0 +1,54 @@
+"""Where the data lives: the start-up line of long-running commands, and SQLite backups."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from django.conf import settings
+
+
+def describe() -> str:
+    """One line: the data directory and the database (a PostgreSQL URL without its password)."""
+    db = settings.DATABASES["default"]
+    if db["ENGINE"].endswith("sqlite3"):
+        database = f"SQLite {db['NAME']}"
+    else:
+        user = f"{db.get('USER')}@" if db.get("USER") else ""
+        port = f":{db['PORT']}" if db.get("PORT") else ""
+        database = f"PostgreSQL {user}{db.get('HOST') or 'localhost'}{port}/{db['NAME']}"
+    channels = "Redis" if settings.REDIS_URL else "in-memory"
+    return f"data directory {settings.DATA_DIR}; database {database}; channel layer {channels}"
+
+
+def is_sqlite() -> bool:
+    return settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
+
+
+def backup_sqlite(target: Path) -> int:
+    """Copy the live SQLite database to ``target`` with SQLite's online backup API.
+
+    The copy is consistent even while ``impri serve`` writes (the backup restarts
+    on its own if a page it copied changes). Returns the size of the copy.
+    """
+    source = Path(settings.DATABASES["default"]["NAME"])
+    if not source.exists():
+        raise FileNotFoundError(f"no database at {source}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
+    partial.unlink(missing_ok=True)
+    src = sqlite3.connect(source, timeout=20)
+    try:
+        dst = sqlite3.connect(partial)
+        try:
+            src.backup(dst)
+            # A restore is a copy of one file: no WAL beside it.
+            dst.execute("PRAGMA journal_mode=DELETE")
+            if dst.execute("PRAGMA integrity_check").fetchone()[0] != "ok":
+                raise sqlite3.DatabaseError(f"the copy at {partial} failed its integrity check")
+        finally:
+            dst.close()
+    finally:
+        src.close()
+    partial.replace(target)
+    return target.stat().st_size
