@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import os
 from typing import Annotated, Any, Literal
 
 from django.conf import settings
@@ -29,7 +28,7 @@ from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
-from . import dbexec, keys, services
+from . import dbexec, keys, services, site
 from .errors import Forbidden, ImpriError, InvalidInput, NotAuthenticated
 from .models import Action
 from .presenters import action_out, decision_out
@@ -184,8 +183,7 @@ def _base_url(ctx: Context) -> str:
     """Where links point: the HTTP request's own origin, else serve's defaults (stdio)."""
     request = ctx.request_context.request
     if request is None or not hasattr(request, "headers"):
-        host = os.environ.get("IMPRI_HOST", "127.0.0.1")
-        return f"http://{host}:{os.environ.get('IMPRI_PORT', '8000')}/"
+        return site.base_url() + "/"
     scheme = request.url.scheme
     proxy = settings.SECURE_PROXY_SSL_HEADER
     if proxy:
@@ -473,7 +471,7 @@ def build_server(*, api_key: str | None = None, verifier: TokenVerifier | None =
     auth = None
     if verifier is not None:
         auth = AuthSettings(
-            issuer_url=settings.IMPRI_BASE_URL or "http://127.0.0.1",
+            issuer_url=site.base_url(),
             resource_server_url=None,
             required_scopes=[AGENT_SCOPE],
         )

@@ -32,7 +32,6 @@ from .presenters import inbox_url
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_BASE_URL = "http://localhost:8000"
 SUBJECT_PREFIX = "[Impri] "
 
 HEADLINES = {
@@ -49,10 +48,6 @@ REPORTED = (ActionStatus.EXECUTED, ActionStatus.FAILED)
 
 class Skip(Exception):
     """Nothing to send for this row; closed as given up, with the reason."""
-
-
-def base_url() -> str:
-    return getattr(settings, "IMPRI_BASE_URL", "") or DEFAULT_BASE_URL
 
 
 LANE = lanes.Lane("notifications", webhooks.USER_AGENT)
@@ -219,7 +214,7 @@ def email_subject(note: Notification) -> str:
 
 
 def email_body(note: Notification) -> str:
-    link = inbox_url(note.action, base_url())
+    link = inbox_url(note.action)
     width = max(len(label) for label, _ in facts(note)) + 2
     lines = [situation(note), ""]
     lines += [f"{label + ':':<{width}}{value}" for label, value in facts(note)]
@@ -262,7 +257,7 @@ def slack_escape(text: str) -> str:
 
 def slack_message(note: Notification) -> dict:
     action = note.action
-    link = inbox_url(action, base_url())
+    link = inbox_url(action)
     headline = HEADLINES[note.kind]
     title = slack_escape(one_line(action.title))
     agent = slack_escape(one_line(action.agent.name, 100))

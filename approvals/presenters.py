@@ -5,16 +5,14 @@ from __future__ import annotations
 import difflib
 import json
 
-from django.conf import settings
 from django.urls import reverse
 
-from . import grants
+from . import grants, site
 from .models import Action, ActionStatus
 
 
-def inbox_url(action: Action, base_url: str) -> str:
-    base = settings.IMPRI_BASE_URL or base_url.rstrip("/")
-    return base + reverse("inbox:action", args=[action.pk])
+def inbox_url(action: Action, request_origin: str | None = None) -> str:
+    return site.base_url(request_origin) + reverse("inbox:action", args=[action.pk])
 
 
 def _preview(action: Action) -> dict:

@@ -27,7 +27,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, CallToolResult, TextContent, Tool
 from pydantic import ValidationError
 
-from approvals import dbexec, grants
+from approvals import dbexec, grants, site
 from approvals import services as approvals
 from approvals.errors import ImpriError, InvalidInput
 from approvals.mcp import (
@@ -305,7 +305,7 @@ def build_gateway_server(
     auth = None
     if verifier is not None:
         auth = AuthSettings(
-            issuer_url=settings.IMPRI_BASE_URL or "http://127.0.0.1",
+            issuer_url=site.base_url(),
             resource_server_url=None,
             required_scopes=[AGENT_SCOPE],
         )

@@ -283,6 +283,10 @@ USE_TZ = True
 
 # --- Impri ---------------------------------------------------------------------
 IMPRI_BASE_URL = env("IMPRI_BASE_URL").rstrip("/")
+# Where `impri serve` listens (its --host/--port defaults), and the links' origin when
+# IMPRI_BASE_URL is unset and no request names one (approvals/site.py).
+IMPRI_HOST = env("IMPRI_HOST", "127.0.0.1")
+IMPRI_PORT = envint("IMPRI_PORT", "8000", minimum=1)
 IMPRI_MAX_BODY_BYTES = envint("IMPRI_MAX_BODY_BYTES", str(1024 * 1024), minimum=1024)
 IMPRI_DEFAULT_EXPIRES_S = envint("IMPRI_DEFAULT_EXPIRES_S", str(24 * 3600), minimum=1)
 IMPRI_MAX_EXPIRES_S = envint("IMPRI_MAX_EXPIRES_S", str(30 * 24 * 3600), minimum=1)

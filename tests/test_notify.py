@@ -432,3 +432,14 @@ def test_admin_edits_group_settings_and_lists_notifications(admin_client, agent,
     assert listing.status_code == 200
     assert f"/admin/approvals/notification/{note.pk}/change/" in listing.content.decode()
     assert admin_client.get("/admin/approvals/notification/add/").status_code == 403
+
+
+def test_without_a_base_url_emails_link_where_serve_listens(agent, team, settings):
+    settings.IMPRI_BASE_URL = ""
+    settings.IMPRI_HOST, settings.IMPRI_PORT = "127.0.0.1", 8123
+    configure(team)
+    action = make_action(agent.agent)
+    notification(action)
+    mail.outbox.clear()
+    assert notify.send_due() == 1
+    assert urls_in(mail.outbox[0].body) == [f"http://127.0.0.1:8123/inbox/actions/{action.pk}"]

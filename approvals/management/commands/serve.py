@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 
 from django.conf import settings
 from django.core.management import call_command
@@ -16,8 +15,8 @@ class Command(BaseCommand):
     help = "Migrate the database, then serve HTTP, websockets and the API on daphne."
 
     def add_arguments(self, parser):
-        parser.add_argument("--host", default=os.environ.get("IMPRI_HOST", "127.0.0.1"))
-        parser.add_argument("--port", type=int, default=int(os.environ.get("IMPRI_PORT", "8000")))
+        parser.add_argument("--host", default=settings.IMPRI_HOST)
+        parser.add_argument("--port", type=int, default=settings.IMPRI_PORT)
         parser.add_argument(
             "--no-migrate", action="store_true", help="Skip migrations (another process ran them)."
         )
