@@ -32,10 +32,6 @@ class Principal:
     agent: Agent | None = None
     user: object | None = None
 
-    @property
-    def label(self) -> str:
-        return self.agent.name if self.agent else self.user.get_username()
-
 
 def _new_key(
     kind: str, *, agent: Agent | None = None, user=None, label: str = "", by: str = "system"

@@ -112,10 +112,6 @@ class ApiKey(models.Model):
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.get_kind_display()})"
 
-    @property
-    def is_revoked(self) -> bool:
-        return self.revoked_at is not None
-
 
 class ActionStatus(models.TextChoices):
     PENDING = "pending"

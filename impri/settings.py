@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from impri import packages
 from impri.logs import logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -59,6 +60,9 @@ def envfloat(name: str, default: str, minimum: float = 0.0) -> float:
         raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {number}")
     return number
 
+
+# Before any app loads: `rules`, `audit`, ... are Impri's, not a namesake's (impri/packages.py).
+packages.check()
 
 DEBUG = envbool("IMPRI_DEBUG", "false")
 DATA_DIR = Path(env("IMPRI_DATA_DIR", str(Path.cwd() / "impri-data"))).resolve()
@@ -158,7 +162,14 @@ ASGI_APPLICATION = "impri.asgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        # Installed: impri/templates (pyproject maps the folder there); a source tree: ./templates.
+        "DIRS": [
+            next(
+                d
+                for d in (Path(__file__).resolve().parent / "templates", BASE_DIR / "templates")
+                if d.is_dir()
+            )
+        ],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
