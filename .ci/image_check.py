@@ -81,9 +81,14 @@ def ensure_base() -> None:
     """The real base where it can be pulled; else Debian bookworm's Python 3.11 under its name."""
     if subprocess.run(["podman", *STORAGE, "image", "exists", BASE]).returncode == 0:
         return
-    pulled = subprocess.run(["podman", *STORAGE, "pull", "-q", BASE], capture_output=True)
-    if pulled.returncode == 0:
-        return
+    try:
+        pulled = subprocess.run(
+            ["podman", *STORAGE, "pull", "-q", BASE], capture_output=True, timeout=90
+        )
+        if pulled.returncode == 0:
+            return
+    except subprocess.TimeoutExpired:
+        pass
     log(f"{BASE} cannot be pulled here: building a stand-in from Debian packages")
     if not (ROOTFS / "usr/bin/python3").exists():
         shutil.rmtree(ROOTFS, ignore_errors=True)
