@@ -1,6 +1,11 @@
 from __future__ import annotations
 
+import json
+
 from django.contrib import admin, messages
+from django.utils.html import format_html
+
+from inbox.render import reveal
 
 from . import (
     admin_outbox,  # noqa: F401  (registers the outbox models)
@@ -74,11 +79,65 @@ class ApiKeyAdmin(admin.ModelAdmin):
         self.message_user(request, f"Revoked {queryset.count()} key(s).")
 
 
+def _json_display(name: str):
+    """Agent JSON as escaped text with hidden characters shown, never Django's raw dump.
+
+    Django's read-only JSON display writes the value as it is; one lone surrogate
+    stored before push refused them would make the page unencodable (a 500).
+    """
+
+    @admin.display(description=name.replace("_", " "))
+    def show(self, obj):
+        text = json.dumps(getattr(obj, name), ensure_ascii=False, indent=2, sort_keys=True)
+        return format_html("<pre>{}</pre>", reveal(text))
+
+    return show
+
+
+def _text_display(name: str):
+    """Agent text escaped, with bidi controls and invisible characters shown as labels."""
+
+    @admin.display(description=name.replace("_", " "), ordering=name)
+    def show(self, obj):
+        return format_html("<pre>{}</pre>", reveal(getattr(obj, name)))
+
+    return show
+
+
+ACTION_TEXT_FIELDS = ("title", "preview_body", "target_url", "callback_url", "note")
+ACTION_JSON_FIELDS = (
+    "payload",
+    "original_payload",
+    "context",
+    "editable",
+    "flags",
+    "rule_trace",
+    "edit_bounds",
+    "result_detail",
+)
+
+
 @admin.register(Action)
 class ActionAdmin(admin.ModelAdmin):
     """Read-only: every change to an action goes through approvals.services."""
 
-    list_display = ("id", "kind", "title", "agent", "status", "created_at", "expires_at")
+    exclude = ACTION_TEXT_FIELDS + ACTION_JSON_FIELDS
+    readonly_fields = tuple(f"{name}_shown" for name in ACTION_TEXT_FIELDS + ACTION_JSON_FIELDS)
+    title_shown = _text_display("title")
+    preview_body_shown = _text_display("preview_body")
+    target_url_shown = _text_display("target_url")
+    callback_url_shown = _text_display("callback_url")
+    note_shown = _text_display("note")
+    payload_shown = _json_display("payload")
+    original_payload_shown = _json_display("original_payload")
+    context_shown = _json_display("context")
+    editable_shown = _json_display("editable")
+    flags_shown = _json_display("flags")
+    rule_trace_shown = _json_display("rule_trace")
+    edit_bounds_shown = _json_display("edit_bounds")
+    result_detail_shown = _json_display("result_detail")
+
+    list_display = ("id", "kind", "title_shown", "agent", "status", "created_at", "expires_at")
     list_filter = ("status", "kind")
     search_fields = ("id", "title", "idempotency_key")
     list_select_related = ("agent",)

@@ -13,7 +13,7 @@ from django.db import DatabaseError
 from django.db.models import Q
 from django.http import HttpRequest
 from ninja import Field, NinjaAPI, Query, Router, Schema, Status
-from ninja.errors import AuthenticationError, ValidationError
+from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
 from audit import export as audit_export
@@ -33,6 +33,7 @@ from .schemas import (
     ErrorOut,
     RejectIn,
     ResultIn,
+    Timestamp,
 )
 
 logger = logging.getLogger(__name__)
@@ -58,7 +59,15 @@ api = NinjaAPI(
 )
 router = Router(tags=["actions"])
 
-ERRORS = {401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 422: ErrorOut, 429: ErrorOut}
+ERRORS = {
+    400: ErrorOut,
+    401: ErrorOut,
+    403: ErrorOut,
+    404: ErrorOut,
+    409: ErrorOut,
+    422: ErrorOut,
+    429: ErrorOut,
+}
 
 
 # --- Error mapping (once for the whole API) ------------------------------------
@@ -97,6 +106,16 @@ def _auth_error(request, exc):
     )
 
 
+@api.exception_handler(HttpError)
+def _http_error(request, exc: HttpError):
+    """ninja's own refusals, in our error shape; the only 400 is a body that isn't JSON."""
+    if exc.status_code == 400:
+        body = {"detail": "body: is not valid JSON", "code": "bad_request", "field": "body"}
+    else:
+        body = {"detail": str(exc), "code": "error"}
+    return api.create_response(request, body, status=exc.status_code)
+
+
 @api.exception_handler(ValidationError)
 def _validation_error(request, exc: ValidationError):
     problems = [_describe(error) for error in exc.errors]
@@ -124,7 +143,7 @@ def _describe(error: dict) -> dict:
     if message.startswith("Value error, "):
         message = message[len("Value error, ") :]
         field, sep, rest = message.partition(": ")
-        if sep and " " not in field and not loc:
+        if sep and " " not in field and (not loc or field.startswith(".".join(loc) + ".")):
             return {"field": field, "message": rest}
     return {"field": ".".join(loc) or "body", "message": message}
 
@@ -169,6 +188,8 @@ def push_action(request, data: ActionIn):
     header_key = request.headers.get("Idempotency-Key")
     if header_key is not None and not 1 <= len(header_key) <= 200:
         raise InvalidInput("Idempotency-Key", "must be 1 to 200 characters")
+    if header_key is not None and "\x00" in header_key:
+        raise InvalidInput("Idempotency-Key", "must not contain NUL characters")
     action, created = services.push_action(_agent(request), data, idempotency_key=header_key)
     return Status(201 if created else 200, action_out(action, _base(request)))
 
@@ -321,9 +342,9 @@ class VerificationOut(Schema):
 def list_audit(
     request,
     action_id: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    after: int = Query(0, ge=0),
+    since: Timestamp | None = None,
+    until: Timestamp | None = None,
+    after: int = Query(0, ge=0, le=2**63 - 1),
     limit: int = Query(100, ge=1, le=1000),
 ):
     """Audit events in chain order, filtered like `impri audit export`; page with `after`.

@@ -7,17 +7,46 @@ same message, naming the field.
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 KIND_RE = re.compile(r"^[a-z0-9_-]+(\.[a-z0-9_-]+)*$")
 FLAG_RE = re.compile(r"^[a-z0-9_.:-]+$")
 
 PreviewFormatLiteral = Literal["plain", "markdown", "diff", "json"]
+RFC3339_RE = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
+
+
+def _rfc3339_text(value: Any) -> Any:
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value
+    if not isinstance(value, str) or not RFC3339_RE.match(value):
+        raise ValueError("must be a date-time with a time zone, e.g. 2026-01-31T12:00:00Z")
+    return value
+
+
+def _in_calendar(value: datetime) -> datetime:
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("is outside the calendar (years 1 to 9999 in UTC)") from None
+
+
+# An RFC 3339 date-time (what `format: date-time` promises): no bare date, no
+# Unix number, no naive time, and nothing that overflows the calendar in UTC.
+Timestamp = Annotated[datetime, BeforeValidator(_rfc3339_text), AfterValidator(_in_calendar)]
 
 
 class StrictModel(BaseModel):
@@ -33,23 +62,78 @@ def check_http_url(value: str, field: str = "target_url") -> str:
     return value
 
 
-def find_nul(value: Any, path: str) -> str | None:
-    """Return the path of the first string containing NUL (PostgreSQL can't store it)."""
-    if isinstance(value, str):
-        return path if "\x00" in value else None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if "\x00" in key:
-                return f"{path}.{key!r}"
-            found = find_nul(item, f"{path}.{key}")
-            if found:
-                return found
-    if isinstance(value, list):
-        for index, item in enumerate(value):
-            found = find_nul(item, f"{path}.{index}")
-            if found:
-                return found
+# Containers nested deeper than this are refused: nobody needs them, and past
+# about 250 levels serializers and renderers hit their recursion limits.
+MAX_JSON_DEPTH = 64
+# I-JSON (RFC 7493): integers beyond 2**53 - 1 lose digits in every JavaScript
+# client, the inbox included, so an amount could silently change on the way.
+MAX_SAFE_INTEGER = 2**53 - 1
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def safe_text(text: str) -> str:
+    """``text`` with lone surrogates written as ``\\udXXX``, so a message quoting it can be sent."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def text_problem(text: str) -> str | None:
+    """Why ``text`` can't be stored and shown as it is (NUL, lone surrogate), or None."""
+    if "\x00" in text:
+        return "text must not contain NUL characters"
+    found = _SURROGATE.search(text)
+    if found:
+        return f"text must not contain a lone surrogate (U+{ord(found.group()):04X})"
     return None
+
+
+def json_problem(value: Any, path: str) -> str | None:
+    """The first part of a JSON value that can't be stored and shown, as ``path: problem``.
+
+    Refused: containers nested deeper than ``MAX_JSON_DEPTH``, NaN and Infinity
+    (not JSON; PostgreSQL refuses them), integers outside I-JSON's safe range,
+    and text (values or keys) with NUL or a lone surrogate. Walked with a stack,
+    so a hostile depth can't exhaust the recursion limit here.
+    """
+    stack: list[tuple[Any, str, int]] = [(value, path, 1)]
+    while stack:
+        node, where, depth = stack.pop()
+        if isinstance(node, str):
+            problem = text_problem(node)
+            if problem:
+                return f"{where}: {problem}"
+        elif isinstance(node, bool) or node is None:
+            continue
+        elif isinstance(node, int):
+            if abs(node) > MAX_SAFE_INTEGER:
+                return (
+                    f"{where}: integers must be within ±{MAX_SAFE_INTEGER} "
+                    "(send larger numbers as strings)"
+                )
+        elif isinstance(node, float):
+            if node != node or node in (float("inf"), float("-inf")):
+                return f"{where}: NaN and Infinity are not JSON numbers"
+        elif isinstance(node, dict | list):
+            if depth > MAX_JSON_DEPTH:
+                return f"{where}: nested deeper than {MAX_JSON_DEPTH} levels"
+            items = node.items() if isinstance(node, dict) else enumerate(node)
+            children = []
+            for key, item in items:
+                key_text = str(key)
+                if isinstance(key, str):
+                    problem = text_problem(key)
+                    if problem:
+                        return f"{where}.{safe_text(key_text)}: key {problem}"
+                children.append((item, f"{where}.{key_text}", depth + 1))
+            stack.extend(reversed(children))
+    return None
+
+
+def check_text(value: str, field: str) -> str:
+    """A pydantic validator body: refuse NUL and lone surrogates, naming ``field``."""
+    problem = text_problem(value)
+    if problem:
+        raise ValueError(f"{field}: {problem}")
+    return value
 
 
 def resolve_path(document: dict, dotted: str) -> tuple[bool, Any]:
@@ -165,11 +249,19 @@ class ActionIn(StrictModel):
                 raise ValueError(f"editable: {path!r} does not exist in payload")
             if isinstance(value, dict | list) or value is None:
                 raise ValueError(f"editable: {path!r} must point at a number, string or boolean")
-        for name in ("title", "preview", "payload", "context", "target_url", "idempotency_key"):
-            bad = find_nul(getattr(self, name) if name != "preview" else self.preview.body, name)
-            if bad:
-                raise ValueError(f"{bad}: text must not contain NUL characters")
+        for name in ("title", "preview", "target_url", "idempotency_key", "callback_url"):
+            text = getattr(self, name) if name != "preview" else self.preview.body
+            if text is not None:
+                check_text(text, name if name != "preview" else "preview.body")
         return self
+
+    @field_validator("payload", "context")
+    @classmethod
+    def _storable_json(cls, value: dict, info) -> dict:
+        problem = json_problem(value, info.field_name)
+        if problem:
+            raise ValueError(problem)
+        return value
 
 
 class DecisionIn(StrictModel):
@@ -179,9 +271,24 @@ class DecisionIn(StrictModel):
     )
     note: str = Field(default="", max_length=5000)
 
+    @model_validator(mode="after")
+    def _storable(self) -> DecisionIn:
+        check_text(self.note, "note")
+        for path, value in self.edits.items():
+            check_text(path, "edits")
+            problem = json_problem(value, f"edits.{path}")
+            if problem:
+                raise ValueError(problem)
+        return self
+
 
 class RejectIn(StrictModel):
     note: str = Field(default="", max_length=5000)
+
+    @field_validator("note")
+    @classmethod
+    def _note(cls, value: str) -> str:
+        return check_text(value, "note")
 
 
 class ResultIn(StrictModel):
@@ -191,15 +298,20 @@ class ResultIn(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _no_nul(self) -> ResultIn:
-        bad = find_nul(self.detail, "detail")
-        if bad:
-            raise ValueError(f"{bad}: text must not contain NUL characters")
+    def _storable(self) -> ResultIn:
+        problem = json_problem(self.detail, "detail")
+        if problem:
+            raise ValueError(problem)
         return self
 
 
 class CancelIn(StrictModel):
     reason: str = Field(default="", max_length=5000)
+
+    @field_validator("reason")
+    @classmethod
+    def _reason(cls, value: str) -> str:
+        return check_text(value, "reason")
 
 
 # --- Outputs ----------------------------------------------------------------

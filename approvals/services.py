@@ -38,7 +38,7 @@ from .errors import (
     ResultConflict,
 )
 from .models import Action, ActionStatus, Agent, GroupNotificationSettings, Notification, Review
-from .schemas import ActionIn, resolve_path
+from .schemas import ActionIn, json_problem, resolve_path
 
 logger = logging.getLogger(__name__)
 
@@ -289,6 +289,7 @@ def decide(
     edits = edits or {}
     if verdict == "reject" and edits:
         raise InvalidInput("edits", "a rejection cannot carry edits")
+    _refuse_unstorable(note=note, **{f"edits.{path}": value for path, value in edits.items()})
     with _atomic():
         # Locked first, checked under the lock: one read of the row, not two.
         action = _lock(action_id)
@@ -425,6 +426,15 @@ def _before_after(original: dict, approved: dict, path: str) -> dict:
     }
 
 
+def _refuse_unstorable(**values) -> None:
+    """Every adapter's last wall: nothing that PostgreSQL refuses or a page can't show is stored."""
+    for field, value in values.items():
+        problem = json_problem(value, field)
+        if problem:
+            field, _, message = problem.partition(": ")
+            raise InvalidInput(field, message)
+
+
 def apply_edits(action: Action, edits: dict) -> dict:
     """Return the current payload with ``edits`` applied.
 
@@ -482,6 +492,7 @@ def _group_name(action: Action) -> str:
 
 
 def cancel_action(action_id: str, *, agent: Agent, reason: str = "") -> Action:
+    _refuse_unstorable(reason=reason)
     action = get_action_for_agent(action_id, agent)
     now = timezone.now()
     with _atomic():
@@ -510,6 +521,7 @@ def report_result(action_id: str, *, agent: Agent, status: str, detail=None) -> 
     """
     if status not in (ActionStatus.EXECUTED, ActionStatus.FAILED):
         raise InvalidInput("status", "must be executed or failed")
+    _refuse_unstorable(detail=detail)
     action = get_action_for_agent(action_id, agent)
     now = timezone.now()
     with _atomic():

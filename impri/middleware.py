@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings
-from django.http import JsonResponse
+from django.http import HttpResponseBadRequest, JsonResponse
 from django.middleware.security import SecurityMiddleware
 from whitenoise.middleware import WhiteNoiseMiddleware
 
@@ -116,3 +116,28 @@ class ApiSecurityMiddleware(DualModeMiddleware):
         response = self.security.process_response(request, response)
         response.setdefault("X-Frame-Options", "DENY")
         return response
+
+
+class RefuseNulMiddleware(DualModeMiddleware):
+    """Refuse a NUL in the path or the query string before any view sees it.
+
+    PostgreSQL can't hold a NUL in text, so a lookup with one fails inside the
+    database driver; no Impri id, filter or name ever contains one. The API
+    answers a 422 naming the parameter, a page a plain 400.
+    """
+
+    def before(self, request):
+        field = None
+        if "\x00" in request.path:
+            field = "path"
+        else:
+            for name, values in request.GET.lists():
+                if "\x00" in name or any("\x00" in value for value in values):
+                    field = name.replace("\x00", "\\x00")
+                    break
+        if field is None:
+            return None
+        detail = f"{field}: must not contain NUL characters"
+        if request.path.startswith(("/api/", "/mcp")):
+            return JsonResponse({"detail": detail, "code": "invalid", "field": field}, status=422)
+        return HttpResponseBadRequest(detail, content_type="text/plain; charset=utf-8")

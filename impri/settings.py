@@ -111,6 +111,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "impri.middleware.BodySizeLimitMiddleware",
+    "impri.middleware.RefuseNulMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "impri.middleware.StaticFilesMiddleware",  # WhiteNoise, async-capable
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -126,6 +127,8 @@ MIDDLEWARE = [
 # The API's own stack (impri.asgi.ApiASGIHandler): bearer keys, no cookies, all async.
 IMPRI_API_MIDDLEWARE = [
     "impri.middleware.BodySizeLimitMiddleware",
+    "impri.middleware.RefuseNulMiddleware",
+    "impri.middleware.RefuseNulMiddleware",
     "impri.middleware.ApiSecurityMiddleware",
 ]
 
