@@ -8,8 +8,10 @@ listed in ``.env.example``.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -103,6 +105,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_htmx",
+    "axes",
     "approvals",
     "rules",
     "audit",
@@ -122,6 +125,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "inbox.middleware.ContentSecurityPolicyMiddleware",
+    # Last, as django-axes requires: it answers a locked-out login.
+    "axes.middleware.AxesMiddleware",
 ]
 
 # The API's own stack (impri.asgi.ApiASGIHandler): bearer keys, no cookies, all async.
@@ -245,6 +250,42 @@ SECURE_PROXY_SSL_HEADER = (
 )
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = envbool("IMPRI_SECURE_COOKIES", "false")
 
+
+def _networks(name: str) -> list:
+    try:
+        return [ipaddress.ip_network(p.strip()) for p in env(name).split(",") if p.strip()]
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be comma-separated CIDRs ({exc})") from None
+
+
+# Proxies whose X-Forwarded-For is believed (impri.security.client_address); default none.
+IMPRI_TRUSTED_PROXIES = _networks("IMPRI_TRUSTED_PROXIES")
+
+# Password guessing: django-axes locks a username *from one address* after this
+# many failures, for this long (a lockout by username alone would let anyone
+# lock a reviewer out; by address alone, a botnet guesses freely).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = envint("IMPRI_LOGIN_FAILURE_LIMIT", "5", minimum=1)
+AXES_COOLOFF_TIME = timedelta(seconds=envint("IMPRI_LOGIN_LOCKOUT_S", "900", minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "impri.security.client_address"
+AXES_LOCKOUT_CALLABLE = "impri.security.lockout_response"
+AXES_DISABLE_ACCESS_LOG = True  # logins are in the audit log already
+AXES_VERBOSE = False
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {
+        "NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+        "OPTIONS": {"min_length": 12},
+    },
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
 # --- Static files -------------------------------------------------------------
 STATIC_URL = "/static/"
 # Static files ship inside the apps and are served from there by whitenoise's
@@ -343,6 +384,8 @@ LOGGING = {
         "django.db.backends": {"level": "INFO"},
         # The MCP SDK logs every stateless request at INFO.
         "mcp.server.streamable_http": {"level": "WARNING"},
+        # django-axes logs every failed login at INFO; lockouts are audited.
+        "axes": {"level": "WARNING"},
     },
 }
 

@@ -45,11 +45,11 @@ def test_createagent_refuses_a_duplicate_name_and_can_issue_another_key(db):
 
 
 def test_createreviewer_joins_the_default_group_unless_told_otherwise(db):
-    run("createreviewer", "rita", "--password", "pw-rita-1")
+    run("createreviewer", "rita", "--password", "pw-rita-long-1")
     run("createreviewer", "lee", "--group", "finance", "--group", "support-leads")
     rita = User.objects.get(username="rita")
     assert [g.name for g in rita.groups.all()] == ["reviewers"]
-    assert rita.check_password("pw-rita-1")
+    assert rita.check_password("pw-rita-long-1")
     assert sorted(g.name for g in User.objects.get(username="lee").groups.all()) == [
         "finance",
         "support-leads",
