@@ -7,9 +7,11 @@ login lockouts (django-axes) and the audit log's ``ip`` both use it.
 from __future__ import annotations
 
 import ipaddress
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.http import HttpResponse
+from django.http.request import split_domain_port, validate_host
 
 
 def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
@@ -59,3 +61,47 @@ def lockout_response(request, original_response=None, credentials=None) -> HttpR
     )
     response["Retry-After"] = str(seconds)
     return response
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url.strip().lower())
+    return f"{parts.scheme}://{parts.netloc}" if parts.scheme and parts.netloc else ""
+
+
+def origin_allowed(origin: str, host: str) -> bool:
+    """A browser socket's Origin must be exactly this site: scheme, host and port.
+
+    This site is the request's own Host (when it is an allowed host), the origin
+    of ``IMPRI_BASE_URL``, or one in ``CSRF_TRUSTED_ORIGINS``. Another port of the
+    same host is another origin (another app on the machine), and is refused.
+    """
+    origin = _origin(origin)
+    if not origin:
+        return False
+    trusted = {_origin(o) for o in settings.CSRF_TRUSTED_ORIGINS}
+    if settings.IMPRI_BASE_URL:
+        trusted.add(_origin(settings.IMPRI_BASE_URL))
+    if origin in trusted:
+        return True
+    host = host.strip().lower()
+    domain, _ = split_domain_port(host)
+    if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
+        return False
+    return origin in (f"http://{host}", f"https://{host}")
+
+
+class ExactOriginValidator:
+    """Refuse a websocket whose Origin is not exactly this site (see ``origin_allowed``)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        headers = dict(scope.get("headers", []))
+        origin = headers.get(b"origin", b"").decode("latin-1")
+        host = headers.get(b"host", b"").decode("latin-1")
+        if not origin_allowed(origin, host):
+            from channels.security.websocket import WebsocketDenier
+
+            return await WebsocketDenier()(scope, receive, send)  # HTTP 403
+        return await self.app(scope, receive, send)
