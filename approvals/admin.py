@@ -25,12 +25,43 @@ class ApiKeyInline(admin.TabularInline):
         return False
 
 
+ROTATE_SECRET = "_rotate_webhook_secret"
+
+
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
     list_display = ("name", "is_active", "created_at")
     search_fields = ("name",)
     inlines = [ApiKeyInline]
     actions = ["issue_key"]
+    # The webhook secret is shown once (on creation or rotation), never kept on a page.
+    exclude = ("webhook_secret",)
+    readonly_fields = ("webhook_secret_rotation",)
+
+    @admin.display(description="webhook secret")
+    def webhook_secret_rotation(self, obj):
+        if obj is None or obj.pk is None:
+            return "Generated when the agent is saved, and shown once."
+        return format_html(
+            '<span>whsec_… (hidden)</span> <button type="submit" name="{}" class="button">'
+            "Rotate the webhook secret (shown once)</button>",
+            ROTATE_SECRET,
+        )
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        by = f"admin:{request.user.get_username()}"
+        if not change:
+            secret = obj.webhook_secret
+        elif ROTATE_SECRET in request.POST:
+            secret = keys.rotate_webhook_secret(obj, by=by)
+        else:
+            return
+        self.message_user(
+            request,
+            f"Webhook secret for {obj.name} (shown once; the old one no longer signs): {secret}",
+            messages.WARNING,
+        )
 
     @admin.action(description="Issue a new key (shown once)")
     def issue_key(self, request, queryset):

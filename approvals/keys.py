@@ -91,6 +91,23 @@ def revoke_key(key: ApiKey, *, by: str = "system") -> None:
             )
 
 
+def rotate_webhook_secret(agent: Agent, *, by: str = "system") -> str:
+    """Give the agent a new webhook signing secret; returns it (shown once, never again)."""
+    from .models import new_webhook_secret
+
+    secret = new_webhook_secret()
+    with transaction.atomic():
+        Agent.objects.filter(pk=agent.pk).update(webhook_secret=secret)
+        agent.webhook_secret = secret
+        audit.record(
+            "agent.webhook_secret_rotated",
+            actor_type=ActorType.SYSTEM,
+            actor_id=by,
+            data={"agent": agent.name},
+        )
+    return secret
+
+
 def authenticate(raw: str) -> Principal | None:
     """Return the caller for a raw key, or None when it is unknown, revoked or disabled."""
     if not raw or len(raw) > 100:

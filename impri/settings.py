@@ -63,6 +63,23 @@ DEBUG = envbool("IMPRI_DEBUG", "false")
 DATA_DIR = Path(env("IMPRI_DATA_DIR", str(Path.cwd() / "impri-data"))).resolve()
 
 
+def _private(path: Path, mode: int, *, directory: bool = False) -> None:
+    """Create ``path`` (if missing) readable by this user only, and tighten it if it is ours.
+
+    The data dir holds the SQLite database (sessions, key hashes) and the secret
+    key: with the default umask both were world-readable.
+    """
+    try:
+        if directory:
+            path.mkdir(mode=mode, parents=True, exist_ok=True)
+        else:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, mode))
+        if path.stat().st_uid == os.geteuid():
+            path.chmod(mode)
+    except OSError:
+        pass  # a read-only or foreign data dir: the database open reports the real problem
+
+
 def _secret_key() -> str:
     """SECRET_KEY from the environment, else one generated once and kept in the data dir.
 
@@ -74,7 +91,7 @@ def _secret_key() -> str:
         return key
     path = DATA_DIR / "secret_key"
     try:
-        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        _private(DATA_DIR, 0o700, directory=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         return path.read_text().strip()
@@ -181,6 +198,9 @@ if DATABASE_URL:
             "timeout": IMPRI_DB_POOL_TIMEOUT_S,
         }
 else:
+    # SQLite creates its -wal and -shm files with the database file's mode.
+    _private(DATA_DIR, 0o700, directory=True)
+    _private(DATA_DIR / "impri.sqlite3", 0o600)
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
@@ -238,6 +258,9 @@ else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 # --- Auth, sessions, security ---------------------------------------------------
+# Messages live in the session (server-side), not in a signed-but-readable cookie:
+# the admin shows new keys and webhook secrets once through them.
+MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/inbox/"
 SESSION_COOKIE_HTTPONLY = True
