@@ -20,7 +20,7 @@ from audit import export as audit_export
 from audit import log as audit_log
 
 from . import dbexec, faults, keys, services
-from .errors import Forbidden, ImpriError, InvalidInput
+from .errors import Forbidden, ImpriError, InvalidInput, RateLimited
 from .models import Action
 from .presenters import action_out, decision_out
 from .schemas import (
@@ -75,7 +75,10 @@ ERRORS = {
 
 @api.exception_handler(ImpriError)
 def _domain_error(request, exc: ImpriError):
-    return api.create_response(request, exc.as_dict(), status=exc.status_code)
+    response = api.create_response(request, exc.as_dict(), status=exc.status_code)
+    if isinstance(exc, RateLimited):
+        response["Retry-After"] = str(exc.retry_after)
+    return response
 
 
 @api.exception_handler(Exception)

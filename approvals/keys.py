@@ -142,7 +142,8 @@ def _check_rate(key: ApiKey) -> None:
     limit = settings.IMPRI_RATE_LIMIT_PER_MIN
     if not limit:
         return
-    window = int(time.time() // 60)
+    now = time.time()
+    window = int(now // 60)
     bucket = f"rate:{key.key_hash[:24]}:{window}"
     try:
         count = _count(bucket)
@@ -151,7 +152,10 @@ def _check_rate(key: ApiKey) -> None:
         faults.note("cache", "the rate limiter allows every request", exc)
         return
     if count > limit:
-        raise RateLimited(f"more than {limit} requests a minute with key {key.prefix}…; slow down")
+        raise RateLimited(
+            f"more than {limit} requests a minute with key {key.prefix}…; slow down",
+            retry_after=60 - int(now % 60),
+        )
 
 
 def _count(bucket: str) -> int:

@@ -265,7 +265,7 @@ def _answer_429_when_refused(send, refusals: list[RateLimited]):
                 "headers": [
                     (b"content-type", b"application/json"),
                     (b"content-length", str(len(body)).encode()),
-                    (b"retry-after", b"60"),
+                    (b"retry-after", str(refusals[0].retry_after).encode()),
                 ],
             }
         )

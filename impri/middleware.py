@@ -115,6 +115,8 @@ class ApiSecurityMiddleware(DualModeMiddleware):
     def after(self, request, response):
         response = self.security.process_response(request, response)
         response.setdefault("X-Frame-Options", "DENY")
+        # Answers carry payloads and decisions: no cache may keep them.
+        response.setdefault("Cache-Control", "no-store")
         return response
 
 

@@ -268,10 +268,19 @@ SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
-SECURE_PROXY_SSL_HEADER = (
-    ("HTTP_X_FORWARDED_PROTO", "https") if envbool("IMPRI_BEHIND_PROXY", "false") else None
+# HTTPS is decided by one variable: an https:// IMPRI_BASE_URL. Then Impri sits
+# behind a TLS-terminating proxy, so it trusts X-Forwarded-Proto, marks cookies
+# Secure and sends HSTS. IMPRI_SECURE_COOKIES and IMPRI_BEHIND_PROXY (older
+# names) are aliases: either set to true means the same.
+IMPRI_HTTPS = (
+    env("IMPRI_BASE_URL").lower().startswith("https://")
+    or envbool("IMPRI_SECURE_COOKIES", "false")
+    or envbool("IMPRI_BEHIND_PROXY", "false")
 )
-SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = envbool("IMPRI_SECURE_COOKIES", "false")
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if IMPRI_HTTPS else None
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = IMPRI_HTTPS
+SECURE_HSTS_SECONDS = 31_536_000 if IMPRI_HTTPS else 0
+SECURE_REFERRER_POLICY = "same-origin"
 
 
 def _networks(name: str) -> list:
@@ -429,5 +438,23 @@ IMPRI_CSP = "; ".join(
         "frame-ancestors 'none'",
     ]
 )
-# The admin and the API docs bring their own pages (the docs load Swagger UI).
-IMPRI_CSP_EXEMPT_PREFIXES = ("/admin/", "/api/")
+# The admin's own templates use inline style attributes, never inline script.
+IMPRI_ADMIN_CSP = "; ".join(
+    [
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self' 'unsafe-inline'",
+        "img-src 'self' data:",
+        "object-src 'none'",
+        "base-uri 'none'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+    ]
+)
+# The API docs bring their own page (they load Swagger UI).
+IMPRI_CSP_EXEMPT_PREFIXES = ("/api/",)
+# No reviewer page needs a camera, a microphone, a location or a payment sheet.
+IMPRI_PERMISSIONS_POLICY = (
+    "camera=(), microphone=(), geolocation=(), payment=(), usb=(), "
+    "interest-cohort=(), browsing-topics=()"
+)
