@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
+import copy
 import logging
-from datetime import datetime
-from typing import Literal
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Literal
 
 import psycopg
 from django.db import DatabaseError
 from django.db.models import Q
 from django.http import HttpRequest
-from ninja import Field, NinjaAPI, Query, Router, Schema, Status
+from ninja import Field, NinjaAPI, Path, Query, Router, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
@@ -24,6 +24,10 @@ from .errors import Forbidden, ImpriError, InvalidInput, RateLimited
 from .models import Action
 from .presenters import action_out, decision_out
 from .schemas import (
+    JSON_VALUE_MARKER,
+    JSON_VALUE_REF,
+    JSON_VALUE_SCHEMA,
+    NO_NUL,
     ActionIn,
     ActionOut,
     ActionPage,
@@ -50,7 +54,28 @@ class KeyAuth(HttpBearer):
         return await dbexec.run(keys.authenticate, token)
 
 
-api = NinjaAPI(
+class ImpriAPI(NinjaAPI):
+    def get_openapi_schema(self, *args, **kwargs):
+        """The document, with the JSON value schema the agent JSON fields refer to."""
+        schema = super().get_openapi_schema(*args, **kwargs)
+        schema.setdefault("components", {}).setdefault("schemas", {})["JsonValue"] = copy.deepcopy(
+            JSON_VALUE_SCHEMA
+        )
+        return _point_at_json_value(schema)
+
+
+def _point_at_json_value(node):
+    if node == JSON_VALUE_MARKER:
+        return {"$ref": JSON_VALUE_REF}
+    if isinstance(node, dict):
+        for key, value in node.items():
+            node[key] = _point_at_json_value(value)
+    elif isinstance(node, list):
+        node[:] = [_point_at_json_value(item) for item in node]
+    return node
+
+
+api = ImpriAPI(
     title="Impri",
     version="1",
     description="Human approval for the actions of AI agents.",
@@ -58,6 +83,11 @@ api = NinjaAPI(
     auth=KeyAuth(),
 )
 router = Router(tags=["actions"])
+
+# Path segments: any text without NUL (an unknown id is a 404).
+ActionId = Annotated[str, Path(pattern="^[^\\x00/]+$")]
+# Cursors are opaque but checkable: "<microseconds since 1970>_<action id>".
+CURSOR_RE = re.compile(r"^([0-9]{1,16})_([A-Za-z0-9_]{1,64})$")
 
 ERRORS = {
     400: ErrorOut,
@@ -146,7 +176,8 @@ def _describe(error: dict) -> dict:
     if message.startswith("Value error, "):
         message = message[len("Value error, ") :]
         field, sep, rest = message.partition(": ")
-        if sep and " " not in field and (not loc or field.startswith(".".join(loc) + ".")):
+        here = ".".join(loc)
+        if sep and " " not in field and (not loc or field == here or field.startswith(here + ".")):
             return {"field": field, "message": rest}
     return {"field": ".".join(loc) or "body", "message": message}
 
@@ -199,12 +230,12 @@ def push_action(request, data: ActionIn):
 
 @router.get("/actions/{action_id}", response={200: ActionOut, **ERRORS})
 @dbexec.view
-def get_action(request, action_id: str):
+def get_action(request, action_id: ActionId):
     return action_out(_read(request, action_id), _base(request))
 
 
 @router.get("/actions/{action_id}/decision", response={200: DecisionOut, **ERRORS})
-async def await_decision(request, action_id: str, timeout_s: float = Query(0, ge=0)):
+async def await_decision(request, action_id: ActionId, timeout_s: float = Query(0, ge=0)):
     """Long-poll: answers as soon as the action is decided, else with status pending after timeout_s.
 
     While it waits it holds no thread and no database connection (see
@@ -219,7 +250,7 @@ async def await_decision(request, action_id: str, timeout_s: float = Query(0, ge
 
 @router.post("/actions/{action_id}/result", response={200: ActionOut, **ERRORS})
 @dbexec.view
-def report_result(request, action_id: str, data: ResultIn):
+def report_result(request, action_id: ActionId, data: ResultIn):
     action = services.report_result(
         action_id, agent=_agent(request), status=data.status, detail=data.detail
     )
@@ -228,7 +259,7 @@ def report_result(request, action_id: str, data: ResultIn):
 
 @router.post("/actions/{action_id}/cancel", response={200: ActionOut, **ERRORS})
 @dbexec.view
-def cancel_action(request, action_id: str, data: CancelIn | None = None):
+def cancel_action(request, action_id: ActionId, data: CancelIn | None = None):
     reason = data.reason if data else ""
     return action_out(
         services.cancel_action(action_id, agent=_agent(request), reason=reason), _base(request)
@@ -240,9 +271,13 @@ class ListFilters(Schema):
         Literal["pending", "approved", "rejected", "expired", "cancelled", "executed", "failed"]
         | None
     ) = None
-    kind: str | None = None
-    agent: str | None = None
-    cursor: str | None = None
+    kind: str | None = Field(None, json_schema_extra={"pattern": NO_NUL})
+    agent: str | None = Field(None, json_schema_extra={"pattern": NO_NUL})
+    cursor: str | None = Field(
+        None,
+        description="`next_cursor` of the previous page.",
+        json_schema_extra={"pattern": CURSOR_RE.pattern},
+    )
     limit: int = Field(50, ge=1, le=200)
 
 
@@ -261,7 +296,7 @@ def list_actions(request, filters: Query[ListFilters]):
         qs = qs.filter(kind=filters.kind)
     if filters.agent:
         qs = qs.filter(agent__name=filters.agent)
-    if filters.cursor:
+    if filters.cursor is not None:
         created_at, last_id = _decode_cursor(filters.cursor)
         qs = qs.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=last_id))
     page = list(
@@ -278,18 +313,20 @@ def list_actions(request, filters: Query[ListFilters]):
     }
 
 
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MICROSECOND = timedelta(microseconds=1)
+
+
 def _encode_cursor(action: Action) -> str:
-    return base64.urlsafe_b64encode(
-        f"{action.created_at.isoformat()}|{action.pk}".encode()
-    ).decode()
+    return f"{(action.created_at - EPOCH) // MICROSECOND}_{action.pk}"
 
 
 def _decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        created, _, action_id = base64.urlsafe_b64decode(cursor.encode()).decode().partition("|")
-        return datetime.fromisoformat(created), action_id
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise InvalidInput("cursor", "is not a cursor returned by this endpoint") from None
+    """Any cursor of the documented shape is a position (before 2286), so none is refused."""
+    match = CURSOR_RE.match(cursor)
+    if not match:
+        raise InvalidInput("cursor", "is not a cursor returned by this endpoint")
+    return EPOCH + int(match.group(1)) * MICROSECOND, match.group(2)
 
 
 # --- Reviewer endpoints ---------------------------------------------------------------
@@ -297,7 +334,7 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
 
 @router.post("/actions/{action_id}/approve", response={200: ActionOut, **ERRORS})
 @dbexec.view
-def approve(request, action_id: str, data: DecisionIn | None = None):
+def approve(request, action_id: ActionId, data: DecisionIn | None = None):
     data = data or DecisionIn()
     action = services.decide(
         action_id, by=_reviewer(request), verdict="approve", edits=data.edits, note=data.note
@@ -307,7 +344,7 @@ def approve(request, action_id: str, data: DecisionIn | None = None):
 
 @router.post("/actions/{action_id}/reject", response={200: ActionOut, **ERRORS})
 @dbexec.view
-def reject(request, action_id: str, data: RejectIn | None = None):
+def reject(request, action_id: ActionId, data: RejectIn | None = None):
     note = data.note if data else ""
     action = services.decide(action_id, by=_reviewer(request), verdict="reject", note=note)
     return action_out(action, _base(request))
@@ -344,7 +381,7 @@ class VerificationOut(Schema):
 @dbexec.view
 def list_audit(
     request,
-    action_id: str | None = None,
+    action_id: str | None = Query(None, pattern=NO_NUL),
     since: Timestamp | None = None,
     until: Timestamp | None = None,
     after: int = Query(0, ge=0, le=2**63 - 1),

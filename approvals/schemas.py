@@ -18,6 +18,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -71,6 +72,35 @@ MAX_SAFE_INTEGER = 2**53 - 1
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+# What the OpenAPI document promises for agent JSON (payload, context, result
+# detail, edit values), as far as JSON Schema can say it: no NUL in text or keys,
+# numbers within the safe range. (Depth and lone surrogates are checked too.)
+NO_NUL = "^[^\\x00]*$"
+JSON_VALUE_REF = "#/components/schemas/JsonValue"
+# ninja resolves every $ref while it builds the document, so fields point at this
+# marker, which ``approvals.api.ImpriAPI`` swaps for the $ref afterwards.
+JSON_VALUE_MARKER = {"x-impri-json-value": True}
+JSON_OBJECT_SCHEMA = {
+    "type": "object",
+    "additionalProperties": JSON_VALUE_MARKER,
+    "propertyNames": {"pattern": NO_NUL},
+}
+JSON_VALUE_SCHEMA = {
+    "description": f"Any JSON value: text without NUL, numbers within ±{MAX_SAFE_INTEGER}, "
+    f"nested at most {MAX_JSON_DEPTH} deep.",
+    "anyOf": [
+        {"type": "string", "pattern": NO_NUL},
+        {"type": "number", "minimum": -MAX_SAFE_INTEGER, "maximum": MAX_SAFE_INTEGER},
+        {"type": "boolean"},
+        {"type": "null"},
+        {"type": "array", "items": JSON_VALUE_MARKER},
+        JSON_OBJECT_SCHEMA,
+    ],
+}
+JsonObject = Annotated[dict[str, Any], WithJsonSchema(JSON_OBJECT_SCHEMA)]
+EDIT_PATH = "^payload\\.[^\\x00]+$"
+
+
 def safe_text(text: str) -> str:
     """``text`` with lone surrogates written as ``\\udXXX``, so a message quoting it can be sent."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
@@ -103,15 +133,14 @@ def json_problem(value: Any, path: str) -> str | None:
                 return f"{where}: {problem}"
         elif isinstance(node, bool) or node is None:
             continue
-        elif isinstance(node, int):
-            if abs(node) > MAX_SAFE_INTEGER:
-                return (
-                    f"{where}: integers must be within ±{MAX_SAFE_INTEGER} "
-                    "(send larger numbers as strings)"
-                )
-        elif isinstance(node, float):
+        elif isinstance(node, int | float):
             if node != node or node in (float("inf"), float("-inf")):
                 return f"{where}: NaN and Infinity are not JSON numbers"
+            if abs(node) > MAX_SAFE_INTEGER:
+                return (
+                    f"{where}: numbers must be within ±{MAX_SAFE_INTEGER} "
+                    "(send larger numbers as strings)"
+                )
         elif isinstance(node, dict | list):
             if depth > MAX_JSON_DEPTH:
                 return f"{where}: nested deeper than {MAX_JSON_DEPTH} levels"
@@ -149,42 +178,61 @@ def resolve_path(document: dict, dotted: str) -> tuple[bool, Any]:
     return True, node
 
 
+URL_SCHEMA = {"format": "uri", "pattern": "^[hH][tT][tT][pP][sS]?://[^\\s/?#]+[^\\s]*$"}
+
+
 class PreviewIn(StrictModel):
     format: PreviewFormatLiteral = Field(description="How the reviewer's inbox renders `body`.")
     body: str = Field(
-        max_length=100_000, description="What the reviewer reads; untrusted, always escaped."
+        max_length=100_000,
+        description="What the reviewer reads; untrusted, always escaped.",
+        json_schema_extra={"pattern": NO_NUL},
     )
 
 
 class ActionIn(StrictModel):
     kind: str = Field(
-        min_length=1, max_length=100, description="Dotted action kind, e.g. `payment.refund`."
+        min_length=1,
+        max_length=100,
+        description="Dotted action kind, e.g. `payment.refund`.",
+        json_schema_extra={"pattern": KIND_RE.pattern},
     )
-    title: str = Field(min_length=1, description="One line for the reviewer's queue.")
+    title: str = Field(
+        min_length=1,
+        description="One line for the reviewer's queue.",
+        json_schema_extra={"maxLength": 200, "pattern": "^[^\\r\\n\\x00]*$"},
+    )
     preview: PreviewIn
-    payload: dict[str, Any] = Field(
+    payload: JsonObject = Field(
         description="The exact thing to execute once approved (a JSON object)."
     )
     target_url: str | None = Field(
-        default=None, max_length=2000, description="http(s) link to the object acted on."
+        default=None,
+        max_length=2000,
+        description="http(s) link to the object acted on.",
+        json_schema_extra=URL_SCHEMA,
     )
-    editable: list[str] = Field(
+    editable: list[Annotated[str, Field(json_schema_extra={"pattern": EDIT_PATH})]] = Field(
         default_factory=list,
         max_length=50,
-        description="Dotted paths under `payload.` a reviewer may change.",
+        description="Dotted paths under `payload.` a reviewer may change; each must exist in "
+        "`payload` and point at a number, string or boolean.",
     )
-    flags: list[str] = Field(
-        default_factory=list, max_length=20, description="e.g. `policy_exception`."
+    flags: list[Annotated[str, Field(json_schema_extra={"pattern": "^[a-z0-9_.:-]{1,60}$"})]] = (
+        Field(default_factory=list, max_length=20, description="e.g. `policy_exception`.")
     )
-    context: dict[str, Any] = Field(
+    context: JsonObject = Field(
         default_factory=dict,
         description="Labelled items the reviewer needs: customer message, order summary.",
     )
-    idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
+    idempotency_key: str | None = Field(
+        default=None, min_length=1, max_length=200, json_schema_extra={"pattern": NO_NUL}
+    )
     callback_url: str | None = Field(
         default=None,
         max_length=2000,
         description="http(s) URL Impri POSTs the decision to (signed, Standard Webhooks) when the action settles.",
+        json_schema_extra=URL_SCHEMA,
     )
     expires_in_s: int | None = Field(
         default=None, ge=1, description="Seconds until the action expires undecided."
@@ -264,12 +312,23 @@ class ActionIn(StrictModel):
         return value
 
 
+NOTE_SCHEMA = {"pattern": NO_NUL}
+
+
 class DecisionIn(StrictModel):
-    edits: dict[str, Any] = Field(
-        default_factory=dict,
-        description='Editable paths to change, e.g. {"payload.amount_cents": 5000}.',
-    )
-    note: str = Field(default="", max_length=5000)
+    edits: Annotated[
+        dict[str, Any],
+        WithJsonSchema(
+            {
+                "type": "object",
+                "additionalProperties": JSON_VALUE_MARKER,
+                "propertyNames": {"pattern": EDIT_PATH},
+                "description": 'Editable paths to change, e.g. {"payload.amount_cents": 5000}; '
+                "each must be listed in the action's `editable`.",
+            }
+        ),
+    ] = Field(default_factory=dict)
+    note: str = Field(default="", max_length=5000, json_schema_extra=NOTE_SCHEMA)
 
     @model_validator(mode="after")
     def _storable(self) -> DecisionIn:
@@ -283,7 +342,7 @@ class DecisionIn(StrictModel):
 
 
 class RejectIn(StrictModel):
-    note: str = Field(default="", max_length=5000)
+    note: str = Field(default="", max_length=5000, json_schema_extra=NOTE_SCHEMA)
 
     @field_validator("note")
     @classmethod
@@ -293,7 +352,9 @@ class RejectIn(StrictModel):
 
 class ResultIn(StrictModel):
     status: Literal["executed", "failed"]
-    detail: dict[str, Any] | str | None = Field(
+    detail: (
+        JsonObject | Annotated[str, WithJsonSchema({"type": "string", "pattern": NO_NUL})] | None
+    ) = Field(
         default=None, description="What the executor reported, e.g. the processor's transaction id."
     )
 
@@ -306,7 +367,7 @@ class ResultIn(StrictModel):
 
 
 class CancelIn(StrictModel):
-    reason: str = Field(default="", max_length=5000)
+    reason: str = Field(default="", max_length=5000, json_schema_extra=NOTE_SCHEMA)
 
     @field_validator("reason")
     @classmethod
