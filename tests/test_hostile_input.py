@@ -174,3 +174,21 @@ def test_a_stored_lone_surrogate_renders_safely_in_the_inbox_and_admin(agent, ri
         response = client.get(path)
         assert response.status_code == 200, path
         assert "U+D83D" in response.content.decode(), path
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"approve-verdict": "approve", "approve-note": "ok\x00"},
+        {"approve-verdict": "approve", "approve-payload.amount_cents": "50\x00"},
+        {"reject-verdict": "reject", "reject-note": "no\x00", "reject-reason": "other"},
+    ],
+)
+def test_a_nul_in_the_inbox_decision_forms_is_refused_on_the_form(agent, rita, data):
+    action = make_action(agent.agent)
+    client = Client()
+    client.force_login(rita.user)
+    response = client.post(f"/inbox/actions/{action.pk}/decide", data)
+    assert response.status_code == 422, response.status_code
+    action.refresh_from_db()
+    assert action.status == "pending"
