@@ -114,6 +114,7 @@ class ApiSecurityMiddleware(DualModeMiddleware):
 
     def after(self, request, response):
         response = self.security.process_response(request, response)
+        response = _as_json_error(response)
         response.setdefault("X-Frame-Options", "DENY")
         # Answers carry payloads and decisions: no cache may keep them.
         response.setdefault("Cache-Control", "no-store")
@@ -143,3 +144,20 @@ class RefuseNulMiddleware(DualModeMiddleware):
         if request.path.startswith(("/api/", "/mcp")):
             return JsonResponse({"detail": detail, "code": "invalid", "field": field}, status=422)
         return HttpResponseBadRequest(detail, content_type="text/plain; charset=utf-8")
+
+
+def _as_json_error(response):
+    """Django's own refusals on the API (a 405 for a wrong method, say) answer JSON too."""
+    if response.status_code < 400 or getattr(response, "streaming", False):
+        return response
+    if response.get("Content-Type", "").startswith("application/json"):
+        return response
+    text = response.content.decode("utf-8", "replace").strip()[:500]
+    replaced = JsonResponse(
+        {"detail": text or response.reason_phrase, "code": f"http_{response.status_code}"},
+        status=response.status_code,
+    )
+    for header in ("Allow", "Retry-After", "WWW-Authenticate"):
+        if header in response:
+            replaced[header] = response[header]
+    return replaced

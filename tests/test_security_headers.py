@@ -112,3 +112,19 @@ def test_hsts_is_sent_on_a_secure_request(rita, settings):
     settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     response = _browser(rita.user).get("/inbox/", HTTP_X_FORWARDED_PROTO="https")
     assert response["Strict-Transport-Security"] == "max-age=31536000"
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("DELETE", "/api/v1/actions"), ("PUT", "/api/v1/audit"), ("GET", "/api/v1/actions/x/approve")],
+)
+async def test_a_wrong_method_on_the_api_is_a_json_405_with_allow(agent, method, path):
+    transport = httpx.ASGITransport(app=application)
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
+        response = await http.request(
+            method, path, headers={"Authorization": f"Bearer {agent.key}"}
+        )
+    assert response.status_code == 405
+    assert response.headers["content-type"].startswith("application/json")
+    assert response.headers["allow"]
+    assert response.json()["code"] == "http_405"
