@@ -1,13 +1,17 @@
 from __future__ import annotations
 
+import json
+
 from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin
 from django.contrib.auth.models import User
 from django.template.response import TemplateResponse
 from django.utils.cache import add_never_cache_headers
+from django.utils.html import format_html
 
 from audit import log as audit
 from audit.models import ActorType
+from inbox.render import reveal
 
 from . import (
     admin_outbox,  # noqa: F401  (registers the outbox models)
@@ -27,14 +31,44 @@ class ApiKeyInline(admin.TabularInline):
         return False
 
 
+ROTATE_SECRET = "_rotate_webhook_secret"
+
+
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
     list_display = ("name", "is_active", "created_at")
     search_fields = ("name",)
     filter_horizontal = ("owners",)
-    readonly_fields = ("created_at",)
     inlines = [ApiKeyInline]
     actions = ["issue_key"]
+    # The webhook secret is shown once (on creation or rotation), never kept on a page.
+    exclude = ("webhook_secret",)
+    readonly_fields = ("created_at", "webhook_secret_rotation")
+
+    @admin.display(description="webhook secret")
+    def webhook_secret_rotation(self, obj):
+        if obj is None or obj.pk is None:
+            return "Generated when the agent is saved, and shown once."
+        return format_html(
+            '<span>whsec_… (hidden)</span> <button type="submit" name="{}" class="button">'
+            "Rotate the webhook secret (shown once)</button>",
+            ROTATE_SECRET,
+        )
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        by = f"admin:{request.user.get_username()}"
+        if not change:
+            secret = obj.webhook_secret
+        elif ROTATE_SECRET in request.POST:
+            secret = keys.rotate_webhook_secret(obj, by=by)
+        else:
+            return
+        self.message_user(
+            request,
+            f"Webhook secret for {obj.name} (shown once; the old one no longer signs): {secret}",
+            messages.WARNING,
+        )
 
     def save_related(self, request, form, formsets, change):
         """Owners decide who may never approve an agent's actions: every change is audited."""
@@ -102,11 +136,65 @@ class ApiKeyAdmin(admin.ModelAdmin):
         self.message_user(request, f"Revoked {queryset.count()} key(s).")
 
 
+def _json_display(name: str):
+    """Agent JSON as escaped text with hidden characters shown, never Django's raw dump.
+
+    Django's read-only JSON display writes the value as it is; one lone surrogate
+    stored before push refused them would make the page unencodable (a 500).
+    """
+
+    @admin.display(description=name.replace("_", " "))
+    def show(self, obj):
+        text = json.dumps(getattr(obj, name), ensure_ascii=False, indent=2, sort_keys=True)
+        return format_html("<pre>{}</pre>", reveal(text))
+
+    return show
+
+
+def _text_display(name: str):
+    """Agent text escaped, with bidi controls and invisible characters shown as labels."""
+
+    @admin.display(description=name.replace("_", " "), ordering=name)
+    def show(self, obj):
+        return format_html("<pre>{}</pre>", reveal(getattr(obj, name)))
+
+    return show
+
+
+ACTION_TEXT_FIELDS = ("title", "preview_body", "target_url", "callback_url", "note")
+ACTION_JSON_FIELDS = (
+    "payload",
+    "original_payload",
+    "context",
+    "editable",
+    "flags",
+    "rule_trace",
+    "edit_bounds",
+    "result_detail",
+)
+
+
 @admin.register(Action)
 class ActionAdmin(admin.ModelAdmin):
     """Read-only: every change to an action goes through approvals.services."""
 
-    list_display = ("id", "kind", "title", "agent", "status", "created_at", "expires_at")
+    exclude = ACTION_TEXT_FIELDS + ACTION_JSON_FIELDS
+    readonly_fields = tuple(f"{name}_shown" for name in ACTION_TEXT_FIELDS + ACTION_JSON_FIELDS)
+    title_shown = _text_display("title")
+    preview_body_shown = _text_display("preview_body")
+    target_url_shown = _text_display("target_url")
+    callback_url_shown = _text_display("callback_url")
+    note_shown = _text_display("note")
+    payload_shown = _json_display("payload")
+    original_payload_shown = _json_display("original_payload")
+    context_shown = _json_display("context")
+    editable_shown = _json_display("editable")
+    flags_shown = _json_display("flags")
+    rule_trace_shown = _json_display("rule_trace")
+    edit_bounds_shown = _json_display("edit_bounds")
+    result_detail_shown = _json_display("result_detail")
+
+    list_display = ("id", "kind", "title_shown", "agent", "status", "created_at", "expires_at")
     list_filter = ("status", "kind")
     search_fields = ("id", "title", "idempotency_key")
     list_select_related = ("agent",)

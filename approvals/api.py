@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
+import copy
 import logging
-from datetime import datetime
-from typing import Literal
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Literal
 
 import psycopg
 from django.db import DatabaseError, transaction
 from django.db.models import Q
 from django.http import HttpRequest
-from ninja import Field, Header, NinjaAPI, Query, Router, Schema, Status
-from ninja.errors import AuthenticationError, ValidationError
+from ninja import Field, Header, NinjaAPI, Path, Query, Router, Schema, Status
+from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
 from audit import access as audit_access
@@ -22,10 +22,14 @@ from audit import log as audit_log
 from audit.models import ChainHead, VerificationRun
 
 from . import dbexec, faults, keys, services
-from .errors import Forbidden, ImpriError, InvalidInput
+from .errors import Forbidden, ImpriError, InvalidInput, RateLimited
 from .models import Action
 from .presenters import action_out, decision_out
 from .schemas import (
+    JSON_VALUE_MARKER,
+    JSON_VALUE_REF,
+    JSON_VALUE_SCHEMA,
+    NO_NUL,
     ActionIn,
     ActionOut,
     ActionPage,
@@ -35,6 +39,7 @@ from .schemas import (
     ErrorOut,
     RejectIn,
     ResultIn,
+    Timestamp,
 )
 
 logger = logging.getLogger(__name__)
@@ -51,7 +56,28 @@ class KeyAuth(HttpBearer):
         return await dbexec.run(keys.authenticate, token)
 
 
-api = NinjaAPI(
+class ImpriAPI(NinjaAPI):
+    def get_openapi_schema(self, *args, **kwargs):
+        """The document, with the JSON value schema the agent JSON fields refer to."""
+        schema = super().get_openapi_schema(*args, **kwargs)
+        schema.setdefault("components", {}).setdefault("schemas", {})["JsonValue"] = copy.deepcopy(
+            JSON_VALUE_SCHEMA
+        )
+        return _point_at_json_value(schema)
+
+
+def _point_at_json_value(node):
+    if node == JSON_VALUE_MARKER:
+        return {"$ref": JSON_VALUE_REF}
+    if isinstance(node, dict):
+        for key, value in node.items():
+            node[key] = _point_at_json_value(value)
+    elif isinstance(node, list):
+        node[:] = [_point_at_json_value(item) for item in node]
+    return node
+
+
+api = ImpriAPI(
     title="Impri",
     version="1",
     description="Human approval for the actions of AI agents.",
@@ -60,7 +86,20 @@ api = NinjaAPI(
 )
 router = Router(tags=["actions"])
 
-ERRORS = {401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 422: ErrorOut, 429: ErrorOut}
+# Path segments: any text without NUL (an unknown id is a 404).
+ActionId = Annotated[str, Path(pattern="^[^\\x00/]+$")]
+# Cursors are opaque but checkable: "<microseconds since 1970>_<action id>".
+CURSOR_RE = re.compile(r"^([0-9]{1,16})_([A-Za-z0-9_]{1,64})$")
+
+ERRORS = {
+    400: ErrorOut,
+    401: ErrorOut,
+    403: ErrorOut,
+    404: ErrorOut,
+    409: ErrorOut,
+    422: ErrorOut,
+    429: ErrorOut,
+}
 
 
 # --- Error mapping (once for the whole API) ------------------------------------
@@ -68,7 +107,10 @@ ERRORS = {401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 422: Error
 
 @api.exception_handler(ImpriError)
 def _domain_error(request, exc: ImpriError):
-    return api.create_response(request, exc.as_dict(), status=exc.status_code)
+    response = api.create_response(request, exc.as_dict(), status=exc.status_code)
+    if isinstance(exc, RateLimited):
+        response["Retry-After"] = str(exc.retry_after)
+    return response
 
 
 @api.exception_handler(Exception)
@@ -99,6 +141,16 @@ def _auth_error(request, exc):
     )
 
 
+@api.exception_handler(HttpError)
+def _http_error(request, exc: HttpError):
+    """ninja's own refusals, in our error shape; the only 400 is a body that isn't JSON."""
+    if exc.status_code == 400:
+        body = {"detail": "body: is not valid JSON", "code": "bad_request", "field": "body"}
+    else:
+        body = {"detail": str(exc), "code": "error"}
+    return api.create_response(request, body, status=exc.status_code)
+
+
 @api.exception_handler(ValidationError)
 def _validation_error(request, exc: ValidationError):
     problems = [_describe(error) for error in exc.errors]
@@ -126,7 +178,8 @@ def _describe(error: dict) -> dict:
     if message.startswith("Value error, "):
         message = message[len("Value error, ") :]
         field, sep, rest = message.partition(": ")
-        if sep and " " not in field and not loc:
+        here = ".".join(loc)
+        if sep and " " not in field and (not loc or field == here or field.startswith(here + ".")):
             return {"field": field, "message": rest}
     return {"field": ".".join(loc) or "body", "message": message}
 
@@ -179,6 +232,8 @@ IDEMPOTENCY_HEADER = Header(
 def _key(header_key: str | None) -> str | None:
     if header_key is not None and not 1 <= len(header_key) <= 200:
         raise InvalidInput("Idempotency-Key", "must be 1 to 200 characters")
+    if header_key is not None and "\x00" in header_key:
+        raise InvalidInput("Idempotency-Key", "must not contain NUL characters")
     return header_key
 
 
@@ -194,14 +249,14 @@ def push_action(request, data: ActionIn, idempotency_key: str | None = IDEMPOTEN
 
 @router.get("/actions/{action_id}", response={200: ActionOut, **ERRORS})
 @dbexec.view
-def get_action(request, action_id: str):
+def get_action(request, action_id: ActionId):
     return action_out(_read(request, action_id), _base(request))
 
 
 @router.get("/actions/{action_id}/decision", response={200: DecisionOut, **ERRORS})
 async def await_decision(
     request,
-    action_id: str,
+    action_id: ActionId,
     timeout_s: float = Query(
         DEFAULT_AWAIT_S,
         ge=0,
@@ -222,7 +277,7 @@ async def await_decision(
 
 @router.post("/actions/{action_id}/result", response={200: ActionOut, **ERRORS})
 @dbexec.view
-def report_result(request, action_id: str, data: ResultIn):
+def report_result(request, action_id: ActionId, data: ResultIn):
     action = services.report_result(
         action_id, agent=_agent(request), status=data.status, detail=data.detail, grant=data.grant
     )
@@ -231,7 +286,7 @@ def report_result(request, action_id: str, data: ResultIn):
 
 @router.post("/actions/{action_id}/cancel", response={200: ActionOut, **ERRORS})
 @dbexec.view
-def cancel_action(request, action_id: str, data: CancelIn | None = None):
+def cancel_action(request, action_id: ActionId, data: CancelIn | None = None):
     reason = data.reason if data else ""
     return action_out(
         services.cancel_action(action_id, agent=_agent(request), reason=reason), _base(request)
@@ -243,9 +298,13 @@ class ListFilters(Schema):
         Literal["pending", "approved", "rejected", "expired", "cancelled", "executed", "failed"]
         | None
     ) = None
-    kind: str | None = None
-    agent: str | None = None
-    cursor: str | None = None
+    kind: str | None = Field(None, json_schema_extra={"pattern": NO_NUL})
+    agent: str | None = Field(None, json_schema_extra={"pattern": NO_NUL})
+    cursor: str | None = Field(
+        None,
+        description="`next_cursor` of the previous page.",
+        json_schema_extra={"pattern": CURSOR_RE.pattern},
+    )
     limit: int = Field(50, ge=1, le=200)
 
 
@@ -264,7 +323,7 @@ def list_actions(request, filters: Query[ListFilters]):
         qs = qs.filter(kind=filters.kind)
     if filters.agent:
         qs = qs.filter(agent__name=filters.agent)
-    if filters.cursor:
+    if filters.cursor is not None:
         created_at, last_id = _decode_cursor(filters.cursor)
         qs = qs.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=last_id))
     page = list(
@@ -281,18 +340,20 @@ def list_actions(request, filters: Query[ListFilters]):
     }
 
 
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MICROSECOND = timedelta(microseconds=1)
+
+
 def _encode_cursor(action: Action) -> str:
-    return base64.urlsafe_b64encode(
-        f"{action.created_at.isoformat()}|{action.pk}".encode()
-    ).decode()
+    return f"{(action.created_at - EPOCH) // MICROSECOND}_{action.pk}"
 
 
 def _decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        created, _, action_id = base64.urlsafe_b64decode(cursor.encode()).decode().partition("|")
-        return datetime.fromisoformat(created), action_id
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise InvalidInput("cursor", "is not a cursor returned by this endpoint") from None
+    """Any cursor of the documented shape is a position (before 2286), so none is refused."""
+    match = CURSOR_RE.match(cursor)
+    if not match:
+        raise InvalidInput("cursor", "is not a cursor returned by this endpoint")
+    return EPOCH + int(match.group(1)) * MICROSECOND, match.group(2)
 
 
 # --- Reviewer endpoints ---------------------------------------------------------------
@@ -302,7 +363,7 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
 @dbexec.view
 def approve(
     request,
-    action_id: str,
+    action_id: ActionId,
     data: DecisionIn | None = None,
     idempotency_key: str | None = IDEMPOTENCY_HEADER,
 ):
@@ -323,7 +384,7 @@ def approve(
 @dbexec.view
 def reject(
     request,
-    action_id: str,
+    action_id: ActionId,
     data: RejectIn | None = None,
     idempotency_key: str | None = IDEMPOTENCY_HEADER,
 ):
@@ -422,10 +483,10 @@ def _auditor(request):
 @dbexec.view
 def list_audit(
     request,
-    action_id: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    after: int = Query(0, ge=0),
+    action_id: str | None = Query(None, pattern=NO_NUL),
+    since: Timestamp | None = None,
+    until: Timestamp | None = None,
+    after: int = Query(0, ge=0, le=2**63 - 1),
     limit: int = Query(100, ge=1, le=1000),
 ):
     """Audit events in chain order, filtered like `impri audit export`; page with `after`.

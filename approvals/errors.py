@@ -89,3 +89,7 @@ class ResultConflict(Conflict):
 class RateLimited(ImpriError):
     status_code = 429
     code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after: int = 60):
+        super().__init__(message)
+        self.retry_after = max(1, int(retry_after))

@@ -91,6 +91,23 @@ def revoke_key(key: ApiKey, *, by: str = "system") -> None:
             )
 
 
+def rotate_webhook_secret(agent: Agent, *, by: str = "system") -> str:
+    """Give the agent a new webhook signing secret; returns it (shown once, never again)."""
+    from .models import new_webhook_secret
+
+    secret = new_webhook_secret()
+    with transaction.atomic():
+        Agent.objects.filter(pk=agent.pk).update(webhook_secret=secret)
+        agent.webhook_secret = secret
+        audit.record(
+            "agent.webhook_secret_rotated",
+            actor_type=ActorType.SYSTEM,
+            actor_id=by,
+            data={"agent": agent.name},
+        )
+    return secret
+
+
 def authenticate(raw: str) -> Principal | None:
     """Return the caller for a raw key, or None when it is unknown, revoked or disabled."""
     if not raw or len(raw) > 100:
@@ -125,7 +142,8 @@ def _check_rate(key: ApiKey) -> None:
     limit = settings.IMPRI_RATE_LIMIT_PER_MIN
     if not limit:
         return
-    window = int(time.time() // 60)
+    now = time.time()
+    window = int(now // 60)
     bucket = f"rate:{key.key_hash[:24]}:{window}"
     try:
         count = _count(bucket)
@@ -134,7 +152,10 @@ def _check_rate(key: ApiKey) -> None:
         faults.note("cache", "the rate limiter allows every request", exc)
         return
     if count > limit:
-        raise RateLimited(f"more than {limit} requests a minute with key {key.prefix}…; slow down")
+        raise RateLimited(
+            f"more than {limit} requests a minute with key {key.prefix}…; slow down",
+            retry_after=60 - int(now % 60),
+        )
 
 
 def _count(bucket: str) -> int:

@@ -164,7 +164,7 @@ def _describe(error) -> tuple[str, str]:
     if message.startswith("Value error, "):
         message = message[len("Value error, ") :]
         field, sep, rest = message.partition(": ")
-        if sep and " " not in field and not loc:
+        if sep and " " not in field and (not loc or field == loc or field.startswith(loc + ".")):
             return field, rest
     return loc or "arguments", message
 

@@ -6,18 +6,48 @@ same message, naming the field.
 
 from __future__ import annotations
 
-import math
 import re
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 KIND_RE = re.compile(r"^[a-z0-9_-]+(\.[a-z0-9_-]+)*$")
 FLAG_RE = re.compile(r"^[a-z0-9_.:-]+$")
 
 PreviewFormatLiteral = Literal["plain", "markdown", "diff", "json"]
+RFC3339_RE = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
+
+
+def _rfc3339_text(value: Any) -> Any:
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value
+    if not isinstance(value, str) or not RFC3339_RE.match(value):
+        raise ValueError("must be a date-time with a time zone, e.g. 2026-01-31T12:00:00Z")
+    return value
+
+
+def _in_calendar(value: datetime) -> datetime:
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("is outside the calendar (years 1 to 9999 in UTC)") from None
+
+
+# An RFC 3339 date-time (what `format: date-time` promises): no bare date, no
+# Unix number, no naive time, and nothing that overflows the calendar in UTC.
+Timestamp = Annotated[datetime, BeforeValidator(_rfc3339_text), AfterValidator(_in_calendar)]
 
 
 class StrictModel(BaseModel):
@@ -33,40 +63,105 @@ def check_http_url(value: str, field: str = "target_url") -> str:
     return value
 
 
-def find_nul(value: Any, path: str) -> str | None:
-    """Return the path of the first string containing NUL (PostgreSQL can't store it)."""
-    if isinstance(value, str):
-        return path if "\x00" in value else None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if "\x00" in key:
-                return f"{path}.{key!r}"
-            found = find_nul(item, f"{path}.{key}")
-            if found:
-                return found
-    if isinstance(value, list):
-        for index, item in enumerate(value):
-            found = find_nul(item, f"{path}.{index}")
-            if found:
-                return found
+# Containers nested deeper than this are refused: nobody needs them, and past
+# about 250 levels serializers and renderers hit their recursion limits.
+MAX_JSON_DEPTH = 64
+# Numbers up to this magnitude are stored and hashed exactly (audit/canonical.py
+# writes integers below 10**21 digit for digit), so 2**63 or 1e20 from an agent
+# survive both databases and verify; beyond it an amount has no business in a
+# payload and is refused (send it as a string).
+MAX_SAFE_INTEGER = 10**21 - 1
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+# What the OpenAPI document promises for agent JSON (payload, context, result
+# detail, edit values), as far as JSON Schema can say it: no NUL in text or keys,
+# numbers within the safe range. (Depth and lone surrogates are checked too.)
+NO_NUL = "^[^\\x00]*$"
+JSON_VALUE_REF = "#/components/schemas/JsonValue"
+# ninja resolves every $ref while it builds the document, so fields point at this
+# marker, which ``approvals.api.ImpriAPI`` swaps for the $ref afterwards.
+JSON_VALUE_MARKER = {"x-impri-json-value": True}
+JSON_OBJECT_SCHEMA = {
+    "type": "object",
+    "additionalProperties": JSON_VALUE_MARKER,
+    "propertyNames": {"pattern": NO_NUL},
+}
+JSON_VALUE_SCHEMA = {
+    "description": "Any JSON value: text without NUL, numbers below 10^21 in magnitude, "
+    f"nested at most {MAX_JSON_DEPTH} deep.",
+    "anyOf": [
+        {"type": "string", "pattern": NO_NUL},
+        {"type": "number", "minimum": -MAX_SAFE_INTEGER, "maximum": MAX_SAFE_INTEGER},
+        {"type": "boolean"},
+        {"type": "null"},
+        {"type": "array", "items": JSON_VALUE_MARKER},
+        JSON_OBJECT_SCHEMA,
+    ],
+}
+JsonObject = Annotated[dict[str, Any], WithJsonSchema(JSON_OBJECT_SCHEMA)]
+EDIT_PATH = "^payload\\.[^\\x00]+$"
+
+
+def safe_text(text: str) -> str:
+    """``text`` with lone surrogates written as ``\\udXXX``, so a message quoting it can be sent."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def text_problem(text: str) -> str | None:
+    """Why ``text`` can't be stored and shown as it is (NUL, lone surrogate), or None."""
+    if "\x00" in text:
+        return "text must not contain NUL characters"
+    found = _SURROGATE.search(text)
+    if found:
+        return f"text must not contain a lone surrogate (U+{ord(found.group()):04X})"
     return None
 
 
-def find_non_finite(value: Any, path: str) -> str | None:
-    """Return the path of the first NaN or infinity (``1e400`` parses as one): JSON has neither."""
-    if isinstance(value, float):
-        return None if math.isfinite(value) else path
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found = find_non_finite(item, f"{path}.{key}")
-            if found:
-                return found
-    if isinstance(value, list):
-        for index, item in enumerate(value):
-            found = find_non_finite(item, f"{path}.{index}")
-            if found:
-                return found
+def json_problem(value: Any, path: str) -> str | None:
+    """The first part of a JSON value that can't be stored and shown, as ``path: problem``.
+
+    Refused: containers nested deeper than ``MAX_JSON_DEPTH``, NaN and Infinity
+    (not JSON; PostgreSQL refuses them), integers outside I-JSON's safe range,
+    and text (values or keys) with NUL or a lone surrogate. Walked with a stack,
+    so a hostile depth can't exhaust the recursion limit here.
+    """
+    stack: list[tuple[Any, str, int]] = [(value, path, 1)]
+    while stack:
+        node, where, depth = stack.pop()
+        if isinstance(node, str):
+            problem = text_problem(node)
+            if problem:
+                return f"{where}: {problem}"
+        elif isinstance(node, bool) or node is None:
+            continue
+        elif isinstance(node, int | float):
+            if node != node or node in (float("inf"), float("-inf")):
+                return f"{where}: NaN and Infinity are not JSON numbers"
+            if abs(node) > MAX_SAFE_INTEGER:
+                return f"{where}: numbers must be below 10^21 in magnitude (send larger ones as strings)"
+        elif isinstance(node, dict | list):
+            if depth > MAX_JSON_DEPTH:
+                return f"{where}: nested deeper than {MAX_JSON_DEPTH} levels"
+            items = node.items() if isinstance(node, dict) else enumerate(node)
+            children = []
+            for key, item in items:
+                key_text = str(key)
+                if isinstance(key, str):
+                    problem = text_problem(key)
+                    if problem:
+                        return f"{where}.{safe_text(key_text)}: key {problem}"
+                children.append((item, f"{where}.{key_text}", depth + 1))
+            stack.extend(reversed(children))
     return None
+
+
+def check_text(value: str, field: str) -> str:
+    """A pydantic validator body: refuse NUL and lone surrogates, naming ``field``."""
+    problem = text_problem(value)
+    if problem:
+        raise ValueError(f"{field}: {problem}")
+    return value
 
 
 def resolve_path(document: dict, dotted: str) -> tuple[bool, Any]:
@@ -108,43 +203,63 @@ class EditableIn(StrictModel):
         return {key: getattr(self, key) for key in ("min", "max") if getattr(self, key) is not None}
 
 
+URL_SCHEMA = {"format": "uri", "pattern": "^[hH][tT][tT][pP][sS]?://[^\\s/?#]+[^\\s]*$"}
+
+
 class PreviewIn(StrictModel):
     format: PreviewFormatLiteral = Field(description="How the reviewer's inbox renders `body`.")
     body: str = Field(
-        max_length=100_000, description="What the reviewer reads; untrusted, always escaped."
+        max_length=100_000,
+        description="What the reviewer reads; untrusted, always escaped.",
+        json_schema_extra={"pattern": NO_NUL},
     )
 
 
 class ActionIn(StrictModel):
     kind: str = Field(
-        min_length=1, max_length=100, description="Dotted action kind, e.g. `payment.refund`."
+        min_length=1,
+        max_length=100,
+        description="Dotted action kind, e.g. `payment.refund`.",
+        json_schema_extra={"pattern": KIND_RE.pattern},
     )
-    title: str = Field(min_length=1, description="One line for the reviewer's queue.")
+    title: str = Field(
+        min_length=1,
+        description="One line for the reviewer's queue.",
+        json_schema_extra={"maxLength": 200, "pattern": "^[^\\r\\n\\x00]*$"},
+    )
     preview: PreviewIn
-    payload: dict[str, Any] = Field(
+    payload: JsonObject = Field(
         description="The exact thing to execute once approved (a JSON object)."
     )
     target_url: str | None = Field(
-        default=None, max_length=2000, description="http(s) link to the object acted on."
+        default=None,
+        max_length=2000,
+        description="http(s) link to the object acted on.",
+        json_schema_extra=URL_SCHEMA,
     )
-    editable: list[str | EditableIn] = Field(
-        default_factory=list,
-        max_length=50,
-        description="Dotted paths under `payload.` a reviewer may change: a path, or "
-        "`{path, min, max}` to narrow the bounds a reviewer may approve within (never widen them).",
+    editable: list[Annotated[str, Field(json_schema_extra={"pattern": EDIT_PATH})] | EditableIn] = (
+        Field(
+            default_factory=list,
+            max_length=50,
+            description="Dotted paths under `payload.` a reviewer may change: a path, or "
+            "`{path, min, max}` to narrow the bounds a reviewer may approve within (never widen them).",
+        )
     )
-    flags: list[str] = Field(
-        default_factory=list, max_length=20, description="e.g. `policy_exception`."
+    flags: list[Annotated[str, Field(json_schema_extra={"pattern": "^[a-z0-9_.:-]{1,60}$"})]] = (
+        Field(default_factory=list, max_length=20, description="e.g. `policy_exception`.")
     )
-    context: dict[str, Any] = Field(
+    context: JsonObject = Field(
         default_factory=dict,
         description="Labelled items the reviewer needs: customer message, order summary.",
     )
-    idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
+    idempotency_key: str | None = Field(
+        default=None, min_length=1, max_length=200, json_schema_extra={"pattern": NO_NUL}
+    )
     callback_url: str | None = Field(
         default=None,
         max_length=2000,
         description="http(s) URL Impri POSTs the decision to (signed, Standard Webhooks) when the action settles.",
+        json_schema_extra=URL_SCHEMA,
     )
     expires_in_s: int | None = Field(
         default=None, ge=1, description="Seconds until the action expires undecided."
@@ -226,18 +341,22 @@ class ActionIn(StrictModel):
                 raise ValueError(f"editable: {path!r} must point at a number, string or boolean")
             if path in bounded:
                 _check_push_bounds(path, value, bounded[path])
-        for name in ("title", "preview", "payload", "context", "target_url", "idempotency_key"):
-            bad = find_nul(getattr(self, name) if name != "preview" else self.preview.body, name)
-            if bad:
-                raise ValueError(f"{bad}: text must not contain NUL characters")
-        for name in ("payload", "context"):
-            bad = find_non_finite(getattr(self, name), name)
-            if bad:
-                raise ValueError(f"{bad}: {NON_FINITE}")
+        for name in ("title", "preview", "target_url", "idempotency_key", "callback_url"):
+            text = getattr(self, name) if name != "preview" else self.preview.body
+            if text is not None:
+                check_text(text, name if name != "preview" else "preview.body")
         return self
 
+    @field_validator("payload", "context")
+    @classmethod
+    def _storable_json(cls, value: dict, info) -> dict:
+        problem = json_problem(value, info.field_name)
+        if problem:
+            raise ValueError(problem)
+        return value
 
-NON_FINITE = "a number must be finite (no NaN, Infinity, or a float beyond ±1.8e308)"
+
+NOTE_SCHEMA = {"pattern": NO_NUL}
 
 
 def _check_push_bounds(path: str, original: Any, bounds: dict) -> None:
@@ -249,10 +368,18 @@ def _check_push_bounds(path: str, original: Any, bounds: dict) -> None:
 
 
 class DecisionIn(StrictModel):
-    edits: dict[str, Any] = Field(
-        default_factory=dict,
-        description='Editable paths to change, e.g. {"payload.amount_cents": 5000}.',
-    )
+    edits: Annotated[
+        dict[str, Any],
+        WithJsonSchema(
+            {
+                "type": "object",
+                "additionalProperties": JSON_VALUE_MARKER,
+                "propertyNames": {"pattern": EDIT_PATH},
+                "description": 'Editable paths to change, e.g. {"payload.amount_cents": 5000}; '
+                "each must be listed in the action's `editable`.",
+            }
+        ),
+    ] = Field(default_factory=dict)
     payload_sha256: str | None = Field(
         default=None,
         pattern=r"^[0-9a-fA-F]{64}$",
@@ -260,13 +387,16 @@ class DecisionIn(StrictModel):
         "of GET /actions/{id}. Required once another reviewer changed the payload; a mismatch "
         "answers 409 with the current payload.",
     )
-    note: str = Field(default="", max_length=5000)
+    note: str = Field(default="", max_length=5000, json_schema_extra=NOTE_SCHEMA)
 
     @model_validator(mode="after")
-    def _finite(self) -> DecisionIn:
+    def _storable(self) -> DecisionIn:
+        check_text(self.note, "note")
         for path, value in self.edits.items():
-            if find_non_finite(value, f"edits.{path}"):
-                raise ValueError(f"edits.{path}: {NON_FINITE}")
+            check_text(path, "edits")
+            problem = json_problem(value, f"edits.{path}")
+            if problem:
+                raise ValueError(problem)
         return self
 
 
@@ -276,15 +406,22 @@ RejectReasonLiteral = Literal[
 
 
 class RejectIn(StrictModel):
-    note: str = Field(default="", max_length=5000)
+    note: str = Field(default="", max_length=5000, json_schema_extra=NOTE_SCHEMA)
     reason: RejectReasonLiteral | None = Field(
         default=None, description="A code the agent can act on, beside the free-text note."
     )
 
+    @field_validator("note")
+    @classmethod
+    def _note(cls, value: str) -> str:
+        return check_text(value, "note")
+
 
 class ResultIn(StrictModel):
     status: Literal["executed", "failed"]
-    detail: dict[str, Any] | str | None = Field(
+    detail: (
+        JsonObject | Annotated[str, WithJsonSchema({"type": "string", "pattern": NO_NUL})] | None
+    ) = Field(
         default=None, description="What the executor reported, e.g. the processor's transaction id."
     )
     grant: str | None = Field(
@@ -294,18 +431,20 @@ class ResultIn(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _no_nul(self) -> ResultIn:
-        bad = find_nul(self.detail, "detail")
-        if bad:
-            raise ValueError(f"{bad}: text must not contain NUL characters")
-        bad = find_non_finite(self.detail, "detail")
-        if bad:
-            raise ValueError(f"{bad}: {NON_FINITE}")
+    def _storable(self) -> ResultIn:
+        problem = json_problem(self.detail, "detail")
+        if problem:
+            raise ValueError(problem)
         return self
 
 
 class CancelIn(StrictModel):
-    reason: str = Field(default="", max_length=5000)
+    reason: str = Field(default="", max_length=5000, json_schema_extra=NOTE_SCHEMA)
+
+    @field_validator("reason")
+    @classmethod
+    def _reason(cls, value: str) -> str:
+        return check_text(value, "reason")
 
 
 # --- Outputs ----------------------------------------------------------------

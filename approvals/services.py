@@ -49,7 +49,7 @@ from .models import (
     RejectReason,
     Review,
 )
-from .schemas import ActionIn, resolve_path
+from .schemas import ActionIn, json_problem, resolve_path
 
 logger = logging.getLogger(__name__)
 
@@ -353,6 +353,7 @@ def decide(
         raise InvalidInput(
             "reason", f"must be one of {', '.join(RejectReason.values)}, and only on a rejection"
         )
+    _refuse_unstorable(note=note, **{f"edits.{path}": value for path, value in edits.items()})
     with _atomic():
         # Locked first, checked under the lock: one read of the row, not two.
         action = _lock(action_id)
@@ -562,6 +563,15 @@ def _before_after(original: dict, approved: dict, path: str) -> dict:
     }
 
 
+def _refuse_unstorable(**values) -> None:
+    """Every adapter's last wall: nothing that PostgreSQL refuses or a page can't show is stored."""
+    for field, value in values.items():
+        problem = json_problem(value, field)
+        if problem:
+            field, _, message = problem.partition(": ")
+            raise InvalidInput(field, message)
+
+
 def apply_edits(action: Action, edits: dict) -> dict:
     """Return the current payload with ``edits`` applied.
 
@@ -632,6 +642,7 @@ def _group_name(action: Action) -> str:
 
 
 def cancel_action(action_id: str, *, agent: Agent, reason: str = "") -> Action:
+    _refuse_unstorable(reason=reason)
     action = get_action_for_agent(action_id, agent)
     now = timezone.now()
     with _atomic():
@@ -665,6 +676,7 @@ def report_result(
     """
     if status not in (ActionStatus.EXECUTED, ActionStatus.FAILED):
         raise InvalidInput("status", "must be executed or failed")
+    _refuse_unstorable(detail=detail)
     action = get_action_for_agent(action_id, agent)
     grant_jti = None
     if grant is not None and action.was_approved:

@@ -63,12 +63,12 @@ django_asgi = ImpriASGIHandler()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from approvals import events  # noqa: E402
 from gateway.asgi import GATEWAY_PREFIX, gateway_app  # noqa: E402
 from impri.logs import AccessLog  # noqa: E402
 from impri.mcp_asgi import MCP_PATH, mcp_app  # noqa: E402
+from impri.security import ExactOriginValidator  # noqa: E402
 from inbox.routing import websocket_urlpatterns  # noqa: E402
 
 
@@ -151,9 +151,7 @@ async def http_router(scope, receive, send):
 application = ProtocolTypeRouter(
     {
         "http": AccessLog(BodyLimit(http_router, settings.IMPRI_MAX_BODY_BYTES)),
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        ),
+        "websocket": ExactOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
         # daphne sends no lifespan; a server that does (uvicorn) starts MCP with it.
         "lifespan": mcp_app,
     }

@@ -112,6 +112,8 @@ def logging_config(log_format: str, level: str) -> dict:
             "celery.app.trace": {"level": "WARNING"},
             "celery.worker.strategy": {"level": "WARNING"},
             "celery.beat": {"level": "WARNING"},
+            # django-axes logs every failed login at INFO; lockouts are audited.
+            "axes": {"level": "WARNING"},
         },
     }
 

@@ -120,6 +120,16 @@ class MCPHttpApp:
     async def __call__(self, scope, receive, send):
         if scope["type"] == "lifespan":
             return await self._lifespan(receive, send)
+        if scope["type"] == "http" and scope["method"] not in ("POST", "OPTIONS"):
+            # Stateless: no session, so no standalone server-to-client stream (GET)
+            # and nothing to end (DELETE). The spec allows 405 for both; the SDK
+            # would otherwise hold a GET open forever, one descriptor each.
+            return await _send_json(
+                send,
+                405,
+                {"detail": "MCP here is stateless: POST JSON-RPC to /mcp", "code": "method"},
+                headers=[(b"allow", b"POST")],
+            )
         await self.start()
         if scope["path"] == self.path + "/":
             scope = {**scope, "path": self.path, "raw_path": self.path.encode()}
@@ -127,7 +137,7 @@ class MCPHttpApp:
         refusals: list[RateLimited] = []
         reset = _refusals.set(refusals)
         try:
-            await self.asgi(scope, receive, _answer_429_when_refused(send, refusals))
+            await self.asgi(scope, receive, _answer_429_when_refused(_json_errors(send), refusals))
         finally:
             _refusals.reset(reset)
 
@@ -206,6 +216,32 @@ async def _read_body_first(receive):
     return replay
 
 
+def _json_errors(send):
+    """The SDK answers some refusals (a bad Host, Content-Type or Origin) in plain text: make them JSON."""
+    pending: dict | None = None
+    text = b""
+
+    async def json_send(message):
+        nonlocal pending, text
+        if message["type"] == "http.response.start":
+            headers = dict(message.get("headers", []))
+            if message["status"] >= 400 and not headers.get(b"content-type", b"").startswith(
+                b"application/json"
+            ):
+                pending = message
+                return None
+            return await send(message)
+        if pending is None or message["type"] != "http.response.body":
+            return await send(message)
+        text += message.get("body", b"")
+        if message.get("more_body"):
+            return None
+        detail = text.decode("utf-8", "replace").strip()[:500] or "refused"
+        return await _send_json(send, pending["status"], {"detail": detail, "code": "refused"})
+
+    return json_send
+
+
 def _answer_429_when_refused(send, refusals: list[RateLimited]):
     replaced = False
 
@@ -230,7 +266,7 @@ def _answer_429_when_refused(send, refusals: list[RateLimited]):
                 "headers": [
                     (b"content-type", b"application/json"),
                     (b"content-length", str(len(body)).encode()),
-                    (b"retry-after", b"60"),
+                    (b"retry-after", str(refusals[0].retry_after).encode()),
                 ],
             }
         )
@@ -248,7 +284,7 @@ _UNAVAILABLE = {
 }
 
 
-async def _send_json(send, status: int, body: dict) -> None:
+async def _send_json(send, status: int, body: dict, headers: list | None = None) -> None:
     data = json.dumps(body).encode()
     await send(
         {
@@ -257,6 +293,8 @@ async def _send_json(send, status: int, body: dict) -> None:
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(data)).encode()),
+                (b"cache-control", b"no-store"),
+                *(headers or []),
             ],
         }
     )

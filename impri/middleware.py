@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings
-from django.http import JsonResponse
+from django.http import HttpResponseBadRequest, JsonResponse
 from django.middleware.security import SecurityMiddleware
 from whitenoise.middleware import WhiteNoiseMiddleware
 
@@ -114,5 +114,50 @@ class ApiSecurityMiddleware(DualModeMiddleware):
 
     def after(self, request, response):
         response = self.security.process_response(request, response)
+        response = _as_json_error(response)
         response.setdefault("X-Frame-Options", "DENY")
+        # Answers carry payloads and decisions: no cache may keep them.
+        response.setdefault("Cache-Control", "no-store")
         return response
+
+
+class RefuseNulMiddleware(DualModeMiddleware):
+    """Refuse a NUL in the path or the query string before any view sees it.
+
+    PostgreSQL can't hold a NUL in text, so a lookup with one fails inside the
+    database driver; no Impri id, filter or name ever contains one. The API
+    answers a 422 naming the parameter, a page a plain 400.
+    """
+
+    def before(self, request):
+        field = None
+        if "\x00" in request.path:
+            field = "path"
+        else:
+            for name, values in request.GET.lists():
+                if "\x00" in name or any("\x00" in value for value in values):
+                    field = name.replace("\x00", "\\x00")
+                    break
+        if field is None:
+            return None
+        detail = f"{field}: must not contain NUL characters"
+        if request.path.startswith(("/api/", "/mcp")):
+            return JsonResponse({"detail": detail, "code": "invalid", "field": field}, status=422)
+        return HttpResponseBadRequest(detail, content_type="text/plain; charset=utf-8")
+
+
+def _as_json_error(response):
+    """Django's own refusals on the API (a 405 for a wrong method, say) answer JSON too."""
+    if response.status_code < 400 or getattr(response, "streaming", False):
+        return response
+    if response.get("Content-Type", "").startswith("application/json"):
+        return response
+    text = response.content.decode("utf-8", "replace").strip()[:500]
+    replaced = JsonResponse(
+        {"detail": text or response.reason_phrase, "code": f"http_{response.status_code}"},
+        status=response.status_code,
+    )
+    for header in ("Allow", "Retry-After", "WWW-Authenticate"):
+        if header in response:
+            replaced[header] = response[header]
+    return replaced

@@ -8,8 +8,10 @@ listed in ``.env.example``.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -72,6 +74,23 @@ DATA_DIR = Path(env("IMPRI_DATA_DIR", str(Path.cwd() / "impri-data"))).resolve()
 SHARED_KEY_ROLES = ("serve", "worker", "beat")
 
 
+def _private(path: Path, mode: int, *, directory: bool = False) -> None:
+    """Create ``path`` (if missing) readable by this user only, and tighten it if it is ours.
+
+    The data dir holds the SQLite database (sessions, key hashes) and the secret
+    key: with the default umask both were world-readable.
+    """
+    try:
+        if directory:
+            path.mkdir(mode=mode, parents=True, exist_ok=True)
+        else:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, mode))
+        if path.stat().st_uid == os.geteuid():
+            path.chmod(mode)
+    except OSError:
+        pass  # a read-only or foreign data dir: the database open reports the real problem
+
+
 def _secret_key() -> str:
     """SECRET_KEY from the environment, else one generated once and kept in the data dir.
 
@@ -91,7 +110,7 @@ def _secret_key() -> str:
         )
     path = DATA_DIR / "secret_key"
     try:
-        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        _private(DATA_DIR, 0o700, directory=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         return path.read_text().strip()
@@ -128,6 +147,7 @@ INSTALLED_APPS = [
     "django_htmx",
     # Only for its static files: /api/v1/docs loads Swagger UI from this server, not a CDN.
     "ninja",
+    "axes",
     "approvals",
     "rules",
     "audit",
@@ -137,6 +157,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "impri.middleware.BodySizeLimitMiddleware",
+    "impri.middleware.RefuseNulMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "impri.middleware.StaticFilesMiddleware",  # WhiteNoise, async-capable
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -148,11 +169,15 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "inbox.middleware.ContentSecurityPolicyMiddleware",
+    # Last, as django-axes requires: it answers a locked-out login.
+    "axes.middleware.AxesMiddleware",
 ]
 
 # The API's own stack (impri.asgi.ApiASGIHandler): bearer keys, no cookies, all async.
 IMPRI_API_MIDDLEWARE = [
     "impri.middleware.BodySizeLimitMiddleware",
+    "impri.middleware.RefuseNulMiddleware",
+    "impri.middleware.RefuseNulMiddleware",
     "impri.middleware.ApiSecurityMiddleware",
 ]
 
@@ -209,8 +234,9 @@ if DATABASE_URL:
             "timeout": IMPRI_DB_POOL_TIMEOUT_S,
         }
 else:
-    # SQLite opens but never creates the directory (SECRET_KEY set: nothing else made it).
-    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    # SQLite creates its -wal and -shm files with the database file's mode.
+    _private(DATA_DIR, 0o700, directory=True)
+    _private(DATA_DIR / "impri.sqlite3", 0o600)
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
@@ -268,6 +294,9 @@ else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 # --- Auth, sessions, security ---------------------------------------------------
+# Messages live in the session (server-side), not in a signed-but-readable cookie:
+# the admin shows new keys and webhook secrets once through them.
+MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/inbox/"
 SESSION_COOKIE_HTTPONLY = True
@@ -275,10 +304,55 @@ SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
-SECURE_PROXY_SSL_HEADER = (
-    ("HTTP_X_FORWARDED_PROTO", "https") if envbool("IMPRI_BEHIND_PROXY", "false") else None
+# HTTPS is decided by one variable: an https:// IMPRI_BASE_URL. Then Impri sits
+# behind a TLS-terminating proxy, so it trusts X-Forwarded-Proto, marks cookies
+# Secure and sends HSTS. IMPRI_SECURE_COOKIES and IMPRI_BEHIND_PROXY (older
+# names) are aliases: either set to true means the same.
+IMPRI_HTTPS = (
+    env("IMPRI_BASE_URL").lower().startswith("https://")
+    or envbool("IMPRI_SECURE_COOKIES", "false")
+    or envbool("IMPRI_BEHIND_PROXY", "false")
 )
-SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = envbool("IMPRI_SECURE_COOKIES", "false")
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if IMPRI_HTTPS else None
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = IMPRI_HTTPS
+SECURE_HSTS_SECONDS = 31_536_000 if IMPRI_HTTPS else 0
+SECURE_REFERRER_POLICY = "same-origin"
+
+
+def _networks(name: str) -> list:
+    try:
+        return [ipaddress.ip_network(p.strip()) for p in env(name).split(",") if p.strip()]
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be comma-separated CIDRs ({exc})") from None
+
+
+# Proxies whose X-Forwarded-For is believed (impri.security.client_address); default none.
+IMPRI_TRUSTED_PROXIES = _networks("IMPRI_TRUSTED_PROXIES")
+
+# Password guessing: django-axes locks a username *from one address* after this
+# many failures, for this long (a lockout by username alone would let anyone
+# lock a reviewer out; by address alone, a botnet guesses freely).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = envint("IMPRI_LOGIN_FAILURE_LIMIT", "5", minimum=1)
+AXES_COOLOFF_TIME = timedelta(seconds=envint("IMPRI_LOGIN_LOCKOUT_S", "900", minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "impri.security.client_address"
+AXES_LOCKOUT_CALLABLE = "impri.security.lockout_response"
+AXES_DISABLE_ACCESS_LOG = True  # logins are in the audit log already
+AXES_VERBOSE = False
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {
+        "NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+        "OPTIONS": {"min_length": 12},
+    },
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
 
 # --- Static files -------------------------------------------------------------
 STATIC_URL = "/static/"
@@ -446,5 +520,23 @@ IMPRI_CSP = "; ".join(
         "frame-ancestors 'none'",
     ]
 )
-# The admin and the API docs bring their own pages (the docs load Swagger UI).
-IMPRI_CSP_EXEMPT_PREFIXES = ("/admin/", "/api/")
+# The admin's own templates use inline style attributes, never inline script.
+IMPRI_ADMIN_CSP = "; ".join(
+    [
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self' 'unsafe-inline'",
+        "img-src 'self' data:",
+        "object-src 'none'",
+        "base-uri 'none'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+    ]
+)
+# The API docs bring their own page (they load Swagger UI).
+IMPRI_CSP_EXEMPT_PREFIXES = ("/api/",)
+# No reviewer page needs a camera, a microphone, a location or a payment sheet.
+IMPRI_PERMISSIONS_POLICY = (
+    "camera=(), microphone=(), geolocation=(), payment=(), usb=(), "
+    "interest-cohort=(), browsing-topics=()"
+)

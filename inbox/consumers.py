@@ -8,13 +8,32 @@ over HTTP, where the usual permission checks apply.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
+
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from approvals import dbexec
 from approvals.events import INBOX_ALL_GROUP, inbox_group
 
+logger = logging.getLogger(__name__)
+
 # Close codes in the application range (4000-4999), shown to the browser.
 NOT_LOGGED_IN = 4401
+# The reviewer's session ended or their groups changed: reconnect (and be checked again).
+ACCESS_CHANGED = 4403
+
+
+def user_channel_group(user_pk: int) -> str:
+    """Every inbox socket of one user: closed when their groups or account change."""
+    return f"inbox.user.{user_pk}"
+
+
+def session_channel_group(session_key: str) -> str:
+    """Every inbox socket of one login session: closed when it logs out."""
+    return "inbox.session." + hashlib.sha256(session_key.encode()).hexdigest()[:40]
+
 
 FORWARDED = ("action_id", "status", "event", "created_at", "expires_at", "decided_at", "decided_by")
 
@@ -34,6 +53,10 @@ class InboxConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=NOT_LOGGED_IN)
             return
         self.joined = await channel_groups_for(user)
+        self.joined.append(user_channel_group(user.pk))
+        session = self.scope.get("session")
+        if session is not None and session.session_key:
+            self.joined.append(session_channel_group(session.session_key))
         for group in self.joined:
             await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
@@ -43,10 +66,27 @@ class InboxConsumer(AsyncJsonWebsocketConsumer):
         for group in getattr(self, "joined", []):
             await self.channel_layer.group_discard(group, self.channel_name)
 
+    async def receive(self, text_data=None, bytes_data=None, **kwargs) -> None:
+        """Anything but a small JSON text frame is dropped without a word (or a traceback)."""
+        if text_data is None or len(text_data) > 1024:
+            return
+        try:
+            content = json.loads(text_data)
+        except ValueError:
+            return
+        await self.receive_json(content)
+
     async def receive_json(self, content, **kwargs) -> None:
         # The socket is one-way; a browser's "ping" gets a "pong" to prove the path is alive.
         if isinstance(content, dict) and content.get("event") == "ping":
             await self.send_json({"event": "pong"})
+
+    async def inbox_close(self, message: dict) -> None:
+        """Logout or a change of groups: no hint may reach this socket any more."""
+        for group in getattr(self, "joined", []):
+            await self.channel_layer.group_discard(group, self.channel_name)
+        self.joined = []
+        await self.close(code=ACCESS_CHANGED)
 
     async def inbox_update(self, message: dict) -> None:
         await self.send_json({key: message.get(key) for key in FORWARDED})

@@ -32,6 +32,8 @@ HISTORY_STATUSES = [("", "Any outcome")] + [
 ]
 # Reason codes travel to the agent beside the note (decision "reason").
 REJECT_REASONS = [("", "No reason code"), *RejectReason.choices]
+# In whole currency units: cents stay within JSON's safe integers (approvals.schemas).
+MAX_AMOUNT = Decimal(10**13)
 assert set(AGES) == {value for value, _ in AGE_CHOICES if value}
 
 
@@ -39,13 +41,14 @@ class QueueFilterForm(forms.Form):
     q = forms.CharField(required=False, max_length=200, label="Search")
     kind = forms.CharField(required=False, max_length=100)
     agent = forms.CharField(required=False, max_length=100)
-    group = forms.IntegerField(required=False, min_value=1)
+    # Bounded so a hostile number is an invalid filter, not a database overflow.
+    group = forms.IntegerField(required=False, min_value=1, max_value=2**31 - 1)
     age = forms.ChoiceField(required=False, choices=AGE_CHOICES)
     amount_min = forms.DecimalField(
-        required=False, min_value=0, decimal_places=2, label="Amount from"
+        required=False, min_value=0, max_value=MAX_AMOUNT, decimal_places=2, label="Amount from"
     )
     amount_max = forms.DecimalField(
-        required=False, min_value=0, decimal_places=2, label="Amount to"
+        required=False, min_value=0, max_value=MAX_AMOUNT, decimal_places=2, label="Amount to"
     )
     sort = forms.ChoiceField(required=False, choices=SORTS)
     status = forms.ChoiceField(required=False, choices=HISTORY_STATUSES)

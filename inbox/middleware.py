@@ -14,12 +14,22 @@ from impri.middleware import DualModeMiddleware
 
 
 class ContentSecurityPolicyMiddleware(DualModeMiddleware):
+    """The policy (the admin's own, slightly looser for its inline styles) and browser headers.
+
+    Pages carry agent text and decisions: ``Cache-Control: no-store`` keeps them
+    out of shared and back-button caches (static files are answered before this).
+    """
+
     def after(self, request, response):
+        response.setdefault("Cache-Control", "no-store")
+        response.setdefault("Permissions-Policy", settings.IMPRI_PERMISSIONS_POLICY)
         if "Content-Security-Policy" in response:
             return response
         exempt = settings.IMPRI_CSP_EXEMPT_PREFIXES
         if request.path.startswith(exempt):
             return response
         if response.get("Content-Type", "").startswith("text/html"):
-            response["Content-Security-Policy"] = settings.IMPRI_CSP
+            admin = request.path.startswith("/admin/")
+            policy = settings.IMPRI_ADMIN_CSP if admin else settings.IMPRI_CSP
+            response["Content-Security-Policy"] = policy
         return response

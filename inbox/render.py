@@ -34,7 +34,8 @@ def is_hidden(char: str) -> bool:
     if char in _ALLOWED_CONTROLS:
         return False
     category = unicodedata.category(char)
-    return category in ("Cf", "Cc", "Zl", "Zp") or ord(char) in _INVISIBLE_LETTERS
+    # Cs: a lone surrogate can't be encoded into the page at all (stored before push refused it).
+    return category in ("Cf", "Cc", "Cs", "Zl", "Zp") or ord(char) in _INVISIBLE_LETTERS
 
 
 def char_label(char: str) -> str:

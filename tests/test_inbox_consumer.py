@@ -19,6 +19,7 @@ from tests.factories import make_action
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ORIGIN = (b"origin", b"http://localhost")
+HOST = (b"host", b"localhost")
 
 
 def session_cookie(user) -> str:
@@ -28,7 +29,7 @@ def session_cookie(user) -> str:
 
 
 async def open_socket(user=None, origin=ORIGIN) -> tuple[WebsocketCommunicator, bool, int | None]:
-    headers = [origin]
+    headers = [origin, HOST]
     if user is not None:
         cookie = await sync_to_async(session_cookie)(user)
         headers.append((b"cookie", f"sessionid={cookie}".encode()))
@@ -137,4 +138,100 @@ async def test_an_action_moved_out_of_a_group_is_announced_to_that_group(agent, 
     await sync_to_async(move_to_finance)()
     message = await socket.receive_json_from(timeout=5)
     assert (message["action_id"], message["event"]) == (action.pk, "action.escalated")
+    await socket.disconnect()
+
+
+# --- Access changes close the socket; Origin is exact; bad frames are dropped --------------
+
+
+async def _closed(socket) -> int:
+    output = await socket.receive_output(timeout=5)
+    assert output["type"] == "websocket.close", output
+    return output["code"]
+
+
+async def test_logout_closes_that_sessions_socket_and_no_hint_follows(agent, rita):
+    client = await sync_to_async(Client)()
+    await sync_to_async(client.force_login)(rita.user)
+    cookie = client.cookies["sessionid"].value
+    headers = [ORIGIN, HOST, (b"cookie", f"sessionid={cookie}".encode())]
+    socket = WebsocketCommunicator(application, "/ws/inbox", headers=headers)
+    assert (await socket.connect(timeout=5))[0]
+    assert (await socket.receive_json_from(timeout=5))["event"] == "hello"
+    await sync_to_async(client.post)("/accounts/logout/")
+    assert await _closed(socket) == 4403
+    await sync_to_async(make_action)(agent.agent)
+    assert await socket.receive_nothing(timeout=0.5)
+    again = WebsocketCommunicator(application, "/ws/inbox", headers=headers)
+    connected, _ = await again.connect(timeout=5)
+    assert not connected, "the logged-out session can't reconnect"
+
+
+async def test_leaving_a_group_closes_the_socket(agent, rita):
+    socket = await open_as(rita.user)
+    await sync_to_async(rita.user.groups.clear)()
+    assert await _closed(socket) == 4403
+    await sync_to_async(make_action)(agent.agent)
+    assert await socket.receive_nothing(timeout=0.5)
+
+
+async def test_removing_a_member_from_the_group_side_closes_their_socket(agent, rita, sam):
+    from django.contrib.auth.models import Group
+
+    rita_socket = await open_as(rita.user)
+    group = await Group.objects.aget(name="reviewers")
+    await sync_to_async(group.user_set.remove)(rita.user)
+    assert await _closed(rita_socket) == 4403
+
+
+async def test_a_deactivated_reviewer_loses_the_socket(rita):
+    socket = await open_as(rita.user)
+    rita.user.is_active = False
+    await sync_to_async(rita.user.save)()
+    assert await _closed(socket) == 4403
+
+
+async def test_a_login_elsewhere_does_not_close_the_socket(rita):
+    socket = await open_as(rita.user)
+    await sync_to_async(Client().post)(
+        "/accounts/login/", {"username": "rita", "password": "rita-password"}
+    )
+    assert await socket.receive_nothing(timeout=0.5)
+    await socket.disconnect()
+
+
+@pytest.mark.parametrize(
+    "origin",
+    [
+        b"http://localhost:9999",
+        b"https://localhost:8443",
+        b"http://localhost.evil.example",
+        b"null",
+    ],
+)
+async def test_another_port_or_host_is_another_origin_and_refused(rita, origin):
+    socket, connected, _ = await open_socket(rita.user, origin=(b"origin", origin))
+    assert not connected
+
+
+async def test_the_exact_origin_with_a_port_is_accepted(rita):
+    cookie = await sync_to_async(session_cookie)(rita.user)
+    headers = [
+        (b"origin", b"http://127.0.0.1:8123"),
+        (b"host", b"127.0.0.1:8123"),
+        (b"cookie", f"sessionid={cookie}".encode()),
+    ]
+    socket = WebsocketCommunicator(application, "/ws/inbox", headers=headers)
+    assert (await socket.connect(timeout=5))[0]
+    await socket.disconnect()
+
+
+async def test_bad_frames_are_dropped_quietly_and_the_socket_stays(rita, caplog):
+    socket = await open_as(rita.user)
+    await socket.send_to(text_data="not json {")
+    await socket.send_to(bytes_data=b"\x00\xff")
+    await socket.send_to(text_data="[" * 5000)
+    await socket.send_to(text_data='{"event": "ping"}')
+    assert (await socket.receive_json_from(timeout=5)) == {"event": "pong"}
+    assert "Traceback" not in caplog.text and not any(r.exc_info for r in caplog.records)
     await socket.disconnect()

@@ -45,11 +45,11 @@ def test_createagent_refuses_a_duplicate_name_and_can_issue_another_key(db):
 
 
 def test_createreviewer_joins_the_default_group_unless_told_otherwise(db):
-    run("createreviewer", "rita", "--password", "pw-rita-1")
+    run("createreviewer", "rita", "--password", "pw-rita-long-1")
     run("createreviewer", "lee", "--group", "finance", "--group", "support-leads")
     rita = User.objects.get(username="rita")
     assert [g.name for g in rita.groups.all()] == ["reviewers"]
-    assert rita.check_password("pw-rita-1")
+    assert rita.check_password("pw-rita-long-1")
     assert sorted(g.name for g in User.objects.get(username="lee").groups.all()) == [
         "finance",
         "support-leads",
@@ -88,3 +88,80 @@ def test_revocation_is_audited_and_final(agent):
 def test_a_reviewer_token_is_not_an_agent_key(rita):
     principal = keys.authenticate(rita.key)
     assert principal.agent is None and principal.user == rita.user
+
+
+# --- Admin: keys and webhook secrets are shown once, never from a cookie ------------------
+
+
+@pytest.fixture
+def ops_client(db):
+    from django.test import Client
+
+    user = User.objects.create_superuser("ops", "ops@example.com", "ops-password-long")
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_a_new_key_is_shown_once_from_the_session_not_the_messages_cookie(ops_client):
+    agent, _ = keys.create_agent("bot")
+    response = ops_client.post(
+        "/admin/approvals/agent/",
+        {"action": "issue_key", "_selected_action": [agent.pk]},
+    )
+    assert response.status_code == 302
+    assert "messages" not in response.cookies, "no message travels in a cookie"
+    shown = ops_client.get("/admin/approvals/agent/").content.decode()
+    raw = shown.split("(shown once): ")[1].split("<")[0].strip()
+    assert keys.authenticate(raw).agent == agent
+    assert raw not in ops_client.get("/admin/approvals/agent/").content.decode(), "once"
+
+
+def test_the_webhook_secret_is_never_on_the_agent_page_and_rotates_with_a_button(ops_client):
+    agent, _ = keys.create_agent("bot")
+    old = agent.webhook_secret
+    page = ops_client.get(f"/admin/approvals/agent/{agent.pk}/change/").content.decode()
+    assert old not in page
+    assert 'name="_rotate_webhook_secret"' in page
+    response = ops_client.post(
+        f"/admin/approvals/agent/{agent.pk}/change/",
+        {
+            "name": "bot",
+            "description": "",
+            "is_active": "on",
+            "created_at_0": "2026-01-01",
+            "created_at_1": "00:00:00",
+            "keys-TOTAL_FORMS": "0",
+            "keys-INITIAL_FORMS": "0",
+            "_rotate_webhook_secret": "1",
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    agent.refresh_from_db()
+    assert agent.webhook_secret != old and agent.webhook_secret.startswith("whsec_")
+    shown = ops_client.get("/admin/approvals/agent/").content.decode()
+    assert agent.webhook_secret in shown
+    assert (
+        agent.webhook_secret
+        not in ops_client.get(f"/admin/approvals/agent/{agent.pk}/change/").content.decode()
+    )
+    assert AuditEvent.objects.filter(event="agent.webhook_secret_rotated").count() == 1
+
+
+def test_saving_an_agent_without_the_button_keeps_the_secret(ops_client):
+    agent, _ = keys.create_agent("bot")
+    old = agent.webhook_secret
+    ops_client.post(
+        f"/admin/approvals/agent/{agent.pk}/change/",
+        {
+            "name": "bot",
+            "description": "renamed",
+            "is_active": "on",
+            "created_at_0": "2026-01-01",
+            "created_at_1": "00:00:00",
+            "keys-TOTAL_FORMS": "0",
+            "keys-INITIAL_FORMS": "0",
+        },
+    )
+    agent.refresh_from_db()
+    assert agent.description == "renamed" and agent.webhook_secret == old

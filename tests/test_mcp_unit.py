@@ -493,7 +493,7 @@ async def test_a_rate_limited_key_gets_a_429_not_a_401(agent):
     assert [response.status_code for response in responses] == [200, 200, 429]
     assert "impri_push_action" in responses[0].text
     assert responses[2].json()["code"] == "rate_limited"
-    assert responses[2].headers["retry-after"] == "60"
+    assert 1 <= int(responses[2].headers["retry-after"]) <= 60  # until the minute turns
 
 
 async def test_a_server_with_lifespan_starts_and_stops_mcp(agent):

@@ -136,9 +136,9 @@ def test_backtest_since_excludes_older_actions(agent, seed_file):
 class TestAdmin:
     @pytest.fixture
     def ops(self, db):
-        User.objects.create_superuser("ops", "ops@example.com", "ops-password")
+        user = User.objects.create_superuser("ops", "ops@example.com", "ops-password")
         client = Client()
-        client.login(username="ops", password="ops-password")
+        client.force_login(user)
         return client
 
     def test_a_malformed_rule_is_refused_with_a_message_naming_it(self, ops):

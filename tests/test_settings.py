@@ -112,3 +112,17 @@ def test_serve_makes_full_garbage_collections_rarer(settings):
         assert gc.get_threshold() == (before[0], before[1], 1234)
     finally:
         gc.set_threshold(*before)
+
+
+def test_the_data_dir_and_the_sqlite_database_are_private(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir(mode=0o755)
+    data.chmod(0o755)
+    result = settings_in(data)
+    assert result.returncode == 0, result.stderr
+    assert data.stat().st_mode & 0o777 == 0o700
+    assert (data / "impri.sqlite3").stat().st_mode & 0o777 == 0o600
+    assert (data / "secret_key").stat().st_mode & 0o777 == 0o600
+    fresh = tmp_path / "fresh" / "data"
+    assert settings_in(fresh).returncode == 0
+    assert fresh.stat().st_mode & 0o777 == 0o700
