@@ -11,6 +11,7 @@ from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
+from audit import identity
 from audit import log as audit
 from audit.identity import current_actor
 from audit.models import ActorType
@@ -99,11 +100,13 @@ def rotate_webhook_secret(agent: Agent, *, by: str = "system") -> str:
     with transaction.atomic():
         Agent.objects.filter(pk=agent.pk).update(webhook_secret=secret)
         agent.webhook_secret = secret
+        actor = identity.current_actor()  # the admin who pressed the button, with a stable ref
+        if not actor["actor_ref"]:
+            actor["actor_id"] = by
         audit.record(
             "agent.webhook_secret_rotated",
-            actor_type=ActorType.SYSTEM,
-            actor_id=by,
-            data={"agent": agent.name},
+            **actor,
+            data={"agent": agent.name, "agent_ref": identity.agent_ref(agent)},  # never the secret
         )
     return secret
 

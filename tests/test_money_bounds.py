@@ -35,9 +35,10 @@ def push(agent, **overrides):
         (8401, "at most 8400"),
         (-500000, "at least 1"),
         (0, "at least 1"),
-        (2**70, "at most 8400"),
+        (2**63, "at most 8400"),
+        (2**70, "below 10^21"),  # not even a storable number
     ],
-    ids=["raise", "raise-by-a-cent", "invert", "zero", "2^70"],
+    ids=["raise", "raise-by-a-cent", "invert", "zero", "2^63", "2^70"],
 )
 def test_without_a_rule_an_amount_cannot_be_raised_inverted_or_zeroed(agent, rita, amount, words):
     action = make_action(agent.agent)

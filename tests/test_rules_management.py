@@ -237,9 +237,9 @@ class TestVersionsAreKept:
         assert event.data["rules_sha256"] == hashlib.sha256(text.encode()).hexdigest()
 
     def test_an_admin_edit_is_a_version_too(self, db):
-        User.objects.create_superuser("ops", "ops@example.com", "ops-password")
+        ops = User.objects.create_superuser("ops", "ops@example.com", "ops-password")
         client = Client()
-        client.login(username="ops", password="ops-password")
+        client.force_login(ops)
         client.post(
             "/admin/rules/rule/add/",
             {
@@ -262,7 +262,7 @@ class TestDryRunNeedsTheRulesPermissions:
     def staff(self, db):
         user = User.objects.create_user("staffer", password="staffer-password", is_staff=True)
         client = Client()
-        client.login(username="staffer", password="staffer-password")
+        client.force_login(user)
         return user, client
 
     def _grant(self, user, *codenames):

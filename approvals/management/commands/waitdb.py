@@ -18,6 +18,7 @@ from impri import storage
 
 class Command(BaseCommand):
     help = "Wait until the database (and Redis, with REDIS_URL) accept connections."
+    requires_system_checks = []  # it runs before anything is up: its output is one line per try
 
     def add_arguments(self, parser):
         parser.add_argument(
