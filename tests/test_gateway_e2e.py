@@ -130,8 +130,12 @@ def short_server(deployment, server):
 def keys(deployment, server):
     agent_key = deployment.last_word("createagent", "support-bot")
     deployment.impri("createreviewer", "rita", "--password", "rita-password")
-    staff = "from django.contrib.auth.models import User; User.objects.filter(username='rita').update(is_staff=True)"
-    deployment.impri("shell", "-c", staff)  # reads the whole audit log
+    # Reading the whole audit log is for auditors (docs/audit.md).
+    auditor = (
+        "from django.contrib.auth.models import Group, User; "
+        "User.objects.get(username='rita').groups.add(Group.objects.get_or_create(name='auditors')[0])"
+    )
+    deployment.impri("shell", "-c", auditor)
     return {"agent": agent_key, "rita": deployment.last_word("token", "rita")}
 
 
