@@ -24,7 +24,7 @@ PAYLOADS = {
     "1e16": {"x": 1e16},
     "-0.0": {"x": -0.0},
     "integral float": {"x": 1.0, "y": 250.0},
-    "tiny and huge": {"x": 1e-7, "y": 1.5e300, "z": 123.456},
+    "tiny and large": {"x": 1e-7, "y": 1e20, "z": 123.456, "w": 999999999999999999999},
     "nested": {
         "lines": [
             {"qty": 2, "price": 9.99},

@@ -703,7 +703,7 @@ async def test_a_held_sqlite_write_does_not_delay_other_agents_mcp_reads(stacks)
     assert push_was_blocked and read_during_hold, (
         f"the reads did not overlap the blocked write (blocked after {blocked_after:.2f}s)"
     )
-    assert pushed_a["status"] == "pending" and pushed_a["created"] is True, pushed_a
+    assert pushed_a["status"] == "pending" and type(pushed_a["created_at"]) is int, pushed_a
 
 
 # --- 5. SIGTERM with long-polls open ------------------------------------------------------------
