@@ -38,7 +38,10 @@ class Command(BaseCommand):
         from impri.celery import app
 
         start_background_process("worker", self.stderr, loglevel)
-        argv = ["worker"]
+        # Threads, not prefork: deliveries already run on Impri's own lanes (approvals.lanes),
+        # and Celery's Django fixup closes the psycopg pool after every prefork task, under
+        # the lanes' feet ("pool has already been opened/closed").
+        argv = ["worker", "--pool=threads"]
         if concurrency:
             argv.append(f"--concurrency={concurrency}")
         app.worker_main(argv)
