@@ -34,6 +34,9 @@ def main() -> int:
     parser.add_argument("--max-time", type=int, default=600, help="seconds per persona")
     parser.add_argument("--schemathesis", default=os.environ.get("SCHEMATHESIS", "schemathesis"))
     args = parser.parse_args()
+    # It runs from the deployment's data dir: a relative path must be made absolute first.
+    if os.sep in args.schemathesis:
+        args.schemathesis = os.path.abspath(args.schemathesis)
     deployment = Deployment()
     try:
         # Long-polls answer at once; no rate limit, so every call is a real test.
