@@ -211,7 +211,8 @@ class GatewayServer(ImpriMCPServer):
         meta = _action_meta(action, link, status)
         if status == ActionStatus.PENDING:
             return _error(
-                f"Awaiting approval: nothing was executed yet. Impri sent this call of {name} to "
+                _before(action)
+                + f"Awaiting approval: nothing was executed yet. Impri sent this call of {name} to "
                 f"a human reviewer as action {action.pk} ({link}). Call {name} again with exactly "
                 "the same arguments to keep waiting for the decision; do not tell the user it "
                 "is done.",
@@ -282,6 +283,22 @@ def check_arguments(schema: dict, arguments: dict) -> None:
         first = errors[0]
         field = ".".join(["arguments", *(str(p) for p in first.absolute_path)])
         raise InvalidInput(field, first.message)
+
+
+def _before(action: Action) -> str:
+    """What became of the settled identical call this one repeats, if any."""
+    previous = (action.context or {}).get("repeat_of")
+    if not isinstance(previous, dict):
+        return ""
+    status = previous.get("status")
+    if status == ActionStatus.REJECTED:
+        note = f": {previous['note']}" if previous.get("note") else ""
+        reason = f" (reason: {previous['reject_reason']})" if previous.get("reject_reason") else ""
+        return (
+            f"Your previous identical call (action {previous['action_id']}) was rejected"
+            f"{note}{reason}; this repeat is a new request. "
+        )
+    return f"Your previous identical call (action {previous['action_id']}) is {status}. "
 
 
 def _refusal(name: str, action: Action) -> str:

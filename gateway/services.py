@@ -27,6 +27,8 @@ from rules import services as rule_services
 from .models import GatedCall, Policy, ToolPolicy, Upstream
 
 KEY_PREFIX = "mcp-gateway:"
+# An identical repeat attaches only to an action in one of these states (see begin).
+OPEN = (ActionStatus.PENDING, ActionStatus.APPROVED)
 TITLE_FIELD_RE = re.compile(r"\{([A-Za-z0-9_.-]+)\}")
 
 
@@ -101,13 +103,19 @@ def title_for(policy: ToolPolicy, gateway: str, tool: str, arguments: dict) -> s
 
 
 def begin(agent: Agent, upstream: Upstream, tool: str, arguments: dict) -> Action:
-    """The action for this call: the one an identical undelivered call made, else a new one.
+    """The action for this call: the open one an identical call made, else a new one.
+
+    An identical call attaches to its predecessor only while that action is
+    open: pending, or approved and not yet executed (the agent was told to call
+    again, and the repeat is what carries out the approval). Once it has
+    settled (rejected, expired, cancelled, executed or failed) or its outcome
+    was handed back, the next identical call is a new action; a new action
+    that follows a rejection names it in its context, so the reviewer sees the
+    repeat and the agent's answer says what happened to the first one.
 
     The idempotency key counts the identical calls already answered, so
     concurrent identical calls share one action (the database's unique key
-    decides), and once a call's outcome was delivered, the next is a new action.
-    An undelivered action that expired or was cancelled is not waited on by
-    anyone: it counts as answered, and the call starts a new action.
+    decides).
     """
     digest = arguments_sha256({"gateway": upstream.name, "tool": tool, "arguments": arguments})
     answered = GatedCall.objects.filter(
@@ -115,12 +123,12 @@ def begin(agent: Agent, upstream: Upstream, tool: str, arguments: dict) -> Actio
     ).count()
     key = f"{KEY_PREFIX}{digest}:{answered}"
     existing = Action.objects.filter(agent=agent, idempotency_key=key).first()
-    if existing is not None and existing.effective_status in (
-        ActionStatus.EXPIRED,
-        ActionStatus.CANCELLED,
-    ):
-        delivered(existing.pk)
-        key = f"{KEY_PREFIX}{digest}:{answered + 1}"
+    previous = None
+    while existing is not None and existing.effective_status not in OPEN:
+        delivered(existing.pk)  # settled: nobody attaches to it any more
+        previous = existing
+        answered += 1
+        key = f"{KEY_PREFIX}{digest}:{answered}"
         existing = Action.objects.filter(agent=agent, idempotency_key=key).first()
     if existing is None:
         policy = policy_for(upstream, tool)
@@ -131,7 +139,7 @@ def begin(agent: Agent, upstream: Upstream, tool: str, arguments: dict) -> Actio
                 "preview": {"format": "json", "body": _preview(upstream.name, tool, arguments)},
                 "payload": arguments,
                 "editable": _editable(policy, arguments),
-                "context": {"gateway": upstream.name, "tool": tool, "upstream": upstream.target},
+                "context": _context(upstream, tool, previous),
                 "idempotency_key": key,
             }
         )
@@ -149,6 +157,18 @@ def begin(agent: Agent, upstream: Upstream, tool: str, arguments: dict) -> Actio
         },
     )
     return approvals.get_action_for_agent(existing.pk, agent)
+
+
+def _context(upstream: Upstream, tool: str, previous: Action | None) -> dict:
+    context = {"gateway": upstream.name, "tool": tool, "upstream": upstream.target}
+    if previous is not None:
+        context["repeat_of"] = {
+            "action_id": previous.pk,
+            "status": previous.effective_status,
+            "note": previous.note,
+            "reject_reason": previous.reject_reason,
+        }
+    return context
 
 
 def _preview(gateway: str, tool: str, arguments: dict) -> str:

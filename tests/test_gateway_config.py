@@ -132,7 +132,7 @@ def test_a_rule_naming_the_kind_gates_an_allowed_tool(payments):
     assert services.effective(payments, "get_order") == Policy.REVIEW
 
 
-def test_identical_calls_share_an_action_until_its_outcome_is_delivered(payments, agent):
+def test_identical_calls_share_an_action_while_it_is_open(payments, agent):
     arguments = {"order_id": "A1", "amount_cents": 8400}
     first = services.begin(agent.agent, payments, "create_refund", arguments)
     assert first.status == ActionStatus.PENDING
@@ -145,6 +145,42 @@ def test_identical_calls_share_an_action_until_its_outcome_is_delivered(payments
     assert other.pk != first.pk
     services.delivered(first.pk)
     assert services.begin(agent.agent, payments, "create_refund", arguments).pk != first.pk
+
+
+def test_a_repeat_after_a_rejection_is_a_new_action_that_names_it(payments, agent, rita):
+    from gateway.proxy import _before
+
+    arguments = {"order_id": "R1", "amount_cents": 5000}
+    first = services.begin(agent.agent, payments, "create_refund", arguments)
+    approvals.decide(
+        first.pk, by=rita.user, verdict="reject", note="already refunded", reason="duplicate"
+    )
+    second = services.begin(agent.agent, payments, "create_refund", arguments)
+    assert second.pk != first.pk and second.status == ActionStatus.PENDING
+    assert second.context["repeat_of"] == {
+        "action_id": first.pk,
+        "status": "rejected",
+        "note": "already refunded",
+        "reject_reason": "duplicate",
+    }
+    assert "was rejected: already refunded (reason: duplicate)" in _before(second)
+    assert GatedCall.objects.get(pk=first.pk).delivered_at is not None
+    # The new action is open, so the next identical call attaches to it.
+    assert services.begin(agent.agent, payments, "create_refund", arguments).pk == second.pk
+
+
+def test_an_approved_action_stays_open_until_the_repeat_executes_it(payments, agent, rita):
+    arguments = {"order_id": "R2", "amount_cents": 5000}
+    first = services.begin(agent.agent, payments, "create_refund", arguments)
+    approvals.decide(
+        first.pk,
+        by=rita.user,
+        verdict="approve",
+        approves_sha256=approvals.payload_sha256(first.payload),
+    )
+    again = services.begin(agent.agent, payments, "create_refund", arguments)
+    assert again.pk == first.pk and again.status == ActionStatus.APPROVED
+    assert "repeat_of" not in again.context
 
 
 def test_the_upstream_call_is_claimed_once(payments, agent, rita):
