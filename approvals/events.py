@@ -70,7 +70,12 @@ def publish_many(sends: list[tuple[str, dict]]) -> None:
         return
     loop = serving_loop
     if loop is not None and loop.is_running() and not _in_loop(loop):
-        loop.call_soon_threadsafe(_spawn, loop, _send_all(layer, sends))
+        urgent = [(g, m) for g, m in sends if m.get("type") != INBOX_UPDATE]
+        routine = [(g, m) for g, m in sends if m.get("type") == INBOX_UPDATE]
+        if urgent:  # waiters and socket closes go at once
+            loop.call_soon_threadsafe(_spawn, loop, _send_all(layer, urgent))
+        if routine:
+            loop.call_soon_threadsafe(_coalesce, loop, layer, routine)
         return
     try:
         async_to_sync(_send_all)(layer, sends)
@@ -94,6 +99,38 @@ def _spawn(loop: asyncio.AbstractEventLoop, coro) -> None:
     task.add_done_callback(_background.discard)
 
 
+# Inbox rows are refreshed in batches: every update queued in a serving process
+# within this window goes to each inbox group as one message ("inbox.batch"),
+# so a burst of pushes costs each group a few channel-layer calls a second, not
+# one per push. A waiter's wake-up (the action's own group) is never delayed.
+INBOX_COALESCE_S = 0.05
+INBOX_BATCH_MAX = 100
+INBOX_UPDATE = "inbox.update"
+_queued: dict[asyncio.AbstractEventLoop, dict[str, list[dict]]] = {}
+
+
+def _coalesce(loop: asyncio.AbstractEventLoop, layer, sends: list[tuple[str, dict]]) -> None:
+    """Queue inbox updates (on the serving loop); the first one schedules the flush."""
+    queued = _queued.get(loop)
+    if queued is None:
+        queued = _queued[loop] = {}
+        loop.call_later(INBOX_COALESCE_S, _flush, loop, layer)
+    for group, message in sends:
+        queued.setdefault(group, []).append(message)
+
+
+def _flush(loop: asyncio.AbstractEventLoop, layer) -> None:
+    queued = _queued.pop(loop, {})
+    sends = []
+    for group, messages in queued.items():
+        for start in range(0, len(messages), INBOX_BATCH_MAX):
+            chunk = messages[start : start + INBOX_BATCH_MAX]
+            batch = {"type": "inbox.batch", "updates": chunk}
+            sends.append((group, chunk[0] if len(chunk) == 1 else batch))
+    if sends:
+        _spawn(loop, _send_all(layer, sends))
+
+
 async def _send_all(layer, sends: list[tuple[str, dict]]) -> None:
     results = await asyncio.gather(
         *(_send(layer, group, message) for group, message in sends), return_exceptions=True
@@ -111,7 +148,7 @@ def inbox_update(action, event: str) -> dict:
     row the service did not load), so publishing costs no query after commit.
     """
     return {
-        "type": "inbox.update",
+        "type": INBOX_UPDATE,
         "action_id": action.pk,
         "status": action.status,
         "event": event,

@@ -296,7 +296,7 @@ def main() -> int:
     with Stack.from_args(args, IMPRI_RATE_LIMIT_PER_MIN="0") as stack:
         rules = stack.data_dir / "bench-rules.yaml"
         rules.write_text(RULES.format(budget_max=args.budget_max))
-        imported = stack.impri("rules", "import", str(rules)).stdout.strip()
+        imported = stack.impri("rules", "import", "--create-groups", str(rules)).stdout.strip()
         keys = stack.create_agents(args.agents)
         pusher = Pusher(args, stack, keys)
         levels = asyncio.run(pusher.main())

@@ -90,3 +90,8 @@ class InboxConsumer(AsyncJsonWebsocketConsumer):
 
     async def inbox_update(self, message: dict) -> None:
         await self.send_json({key: message.get(key) for key in FORWARDED})
+
+    async def inbox_batch(self, message: dict) -> None:
+        """Updates a serving process coalesced (approvals.events): one frame each, in order."""
+        for update in message.get("updates", []):
+            await self.inbox_update(update)

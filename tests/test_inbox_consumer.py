@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
@@ -234,4 +235,35 @@ async def test_bad_frames_are_dropped_quietly_and_the_socket_stays(rita, caplog)
     await socket.send_to(text_data='{"event": "ping"}')
     assert (await socket.receive_json_from(timeout=5)) == {"event": "pong"}
     assert "Traceback" not in caplog.text and not any(r.exc_info for r in caplog.records)
+    await socket.disconnect()
+
+
+async def test_a_burst_of_pushes_reaches_the_inbox_in_order_through_batched_sends(
+    agent, rita, monkeypatch
+):
+    from channels.layers import get_channel_layer
+
+    from approvals import events
+
+    socket = await open_as(rita.user)
+    layer = get_channel_layer()
+    sent = []
+    group_send = layer.group_send
+
+    async def counted(group, message):
+        sent.append((group, message["type"]))
+        await group_send(group, message)
+
+    monkeypatch.setattr(layer, "group_send", counted)
+    # A window wide enough that the whole burst falls in it, however slow the machine.
+    monkeypatch.setattr(events, "INBOX_COALESCE_S", 1.0)
+    # As in a serving process (impri.asgi sets it on the first HTTP request).
+    monkeypatch.setattr(events, "serving_loop", asyncio.get_running_loop())
+    actions = await sync_to_async(lambda: [make_action(agent.agent) for _ in range(5)])()
+    received = [(await socket.receive_json_from(timeout=5))["action_id"] for _ in range(5)]
+    assert received == [a.pk for a in actions]
+    inbox_sends = [s for s in sent if s[0].startswith("inbox.")]
+    # Each inbox group got the five updates as one batch, not five messages.
+    assert inbox_sends and all(kind == "inbox.batch" for _, kind in inbox_sends)
+    assert len(inbox_sends) == len({group for group, _ in inbox_sends})
     await socket.disconnect()
