@@ -29,6 +29,7 @@ from audit.models import ActorType, canonical_json
 from impri import metrics
 from rules import engine as rule_engine
 from rules import services as rule_services
+from rules.bounds import bound_problem, effective_bounds
 
 from . import dbexec, events, grants, outbound, outbox, waiting
 from .errors import (
@@ -199,7 +200,7 @@ def _create(agent: Agent, data: ActionIn, key: str | None, request_hash: str) ->
         rule_name=verdict.rule or "",
         rule_version=loaded.version,
         rule_trace=verdict.trace,
-        edit_bounds=rule_engine.effective_bounds(
+        edit_bounds=effective_bounds(
             data.editable_paths(), data.payload, verdict.edit_bounds, data.push_bounds()
         ),
         escalate_at=now + timedelta(seconds=verdict.escalate_after_s)
@@ -592,7 +593,7 @@ def apply_edits(action: Action, edits: dict) -> dict:
             raise InvalidInput(field, "must be a finite number")
         if not _same_json_type(original, value):
             raise InvalidInput(field, f"must be a {_json_type(original)} like the original value")
-        problem = rule_engine.bound_problem(edit_bounds(action, path), original, value)
+        problem = bound_problem(edit_bounds(action, path), original, value)
         if problem:
             raise InvalidInput(field, problem)
         parent_path, _, leaf = path.rpartition(".")
@@ -605,14 +606,14 @@ def apply_edits(action: Action, edits: dict) -> dict:
 
 
 def edit_bounds(action: Action, path: str) -> dict:
-    """The bounds an edit of ``path`` must keep to (fixed at push; see rules.engine.effective_bounds).
+    """The bounds an edit of ``path`` must keep to (fixed at push; see rules.bounds.effective_bounds).
 
     An action pushed before bounds were fixed per path gets the money default.
     """
     bounds = action.edit_bounds or {}
     if path in bounds:
         return bounds[path] or {}
-    return rule_engine.effective_bounds([path], action.original_payload, {}, {})[path]
+    return effective_bounds([path], action.original_payload, {}, {})[path]
 
 
 def _json_type(value) -> str:
