@@ -10,7 +10,6 @@ from typing import Annotated, Literal
 
 import psycopg
 from django.db import DatabaseError, transaction
-from django.db.models import Q
 from django.http import HttpRequest
 from ninja import Field, Header, NinjaAPI, Path, Query, Router, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -41,6 +40,7 @@ from .schemas import (
     ResultIn,
     Timestamp,
 )
+from .services import selectors
 
 logger = logging.getLogger(__name__)
 
@@ -313,26 +313,15 @@ class ListFilters(Schema):
 def list_actions(request, filters: Query[ListFilters]):
     """Newest first. Agents see their own actions; reviewers those routed to their groups."""
     principal: keys.Principal = request.auth
-    if principal.agent is not None:
-        qs = Action.objects.filter(agent=principal.agent)
-    else:
-        qs = Action.objects.visible_to_reviewer(principal.user)
-    if filters.status:
-        qs = qs.with_effective_status(filters.status)
-    if filters.kind:
-        qs = qs.filter(kind=filters.kind)
-    if filters.agent:
-        qs = qs.filter(agent__name=filters.agent)
-    if filters.cursor is not None:
-        created_at, last_id = _decode_cursor(filters.cursor)
-        qs = qs.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=last_id))
-    page = list(
-        qs.select_related("agent", "decided_by_user").order_by("-created_at", "-id")[
-            : filters.limit + 1
-        ]
+    qs = selectors.filtered(
+        selectors.listed_for(agent=principal.agent, user=principal.user),
+        selectors.Filters(
+            status=filters.status or "", kind=filters.kind or "", agent=filters.agent or ""
+        ),
+        principal.user,
     )
-    more = len(page) > filters.limit
-    page = page[: filters.limit]
+    position = _decode_cursor(filters.cursor) if filters.cursor is not None else None
+    page, more = selectors.keyset(qs, "newest", position, filters.limit)
     base = _base(request)
     return {
         "items": [action_out(action, base) for action in page],
