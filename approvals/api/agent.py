@@ -69,7 +69,7 @@ async def await_decision(
     """Long-poll: answers as soon as the action is decided, else with status pending after timeout_s.
 
     While it waits it holds no thread and no database connection (see
-    ``approvals.waiting``); on shutdown it answers pending at once: call again.
+    ``approvals.services.waiting``); on shutdown it answers pending at once: call again.
     """
     principal: keys.Principal = request.auth
     if principal.agent is None:

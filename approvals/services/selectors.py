@@ -55,7 +55,7 @@ def can_review(user, action: Action) -> bool:
     )
 
 
-# --- Listing: orders ----------------------------------------------------------------
+# --- Listing: filters, orders, base sets ---------------------------------------------
 
 # age filter value -> (older than, younger than)
 AGES: dict[str, tuple[timedelta | None, timedelta | None]] = {
