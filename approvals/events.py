@@ -1,7 +1,7 @@
 """Telling waiters that an action changed: channel-layer groups, after commit.
 
 Messages are hints, never the truth: a woken waiter re-reads the row, and the
-waiter hub (``approvals.waiting``) re-reads every watched action in one batched
+waiter hub (``approvals.services.waiting``) re-reads every watched action in one batched
 query each interval. So a message lost to a full channel or a Redis outage
 costs at most one re-read interval, never a wrong answer.
 """

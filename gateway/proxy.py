@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from approvals import dbexec, grants, site
 from approvals import services as approvals
 from approvals.errors import ImpriError, InvalidInput
-from approvals.mcp import (
+from approvals.mcp.server import (
     AGENT_SCOPE,
     ImpriMCPServer,
     _base_url,

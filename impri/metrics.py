@@ -66,7 +66,8 @@ class ProcessCollector:
         return []
 
     def collect(self):
-        from approvals import faults, waiting
+        from approvals import faults
+        from approvals.services import waiting
 
         yield GaugeMetricFamily(
             "impri_waiters",

@@ -41,7 +41,7 @@ def _take_signals(reactor) -> None:
 
 
 def _begin(reactor, name: str) -> None:
-    from approvals import waiting
+    from approvals.services import waiting
 
     woken = waiting.shutdown()
     logger.warning(

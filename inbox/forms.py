@@ -17,8 +17,7 @@ from approvals import services
 from approvals.errors import InvalidInput
 from approvals.models import Action, ActionStatus, RejectReason
 from approvals.schemas import resolve_path
-
-from .queries import AGES, Filters
+from approvals.services.selectors import AGES, Filters
 
 SORTS = [("newest", "Newest first"), ("urgent", "Most urgent first")]
 AGE_CHOICES = [

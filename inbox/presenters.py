@@ -14,7 +14,7 @@ from decimal import Decimal
 
 from approvals.models import Action
 from approvals.schemas import resolve_path
-from approvals.services import edit_bounds
+from approvals.services.edits import edit_bounds
 
 # ISO 4217 minor units that are not 2; everything else has cents.
 MINOR_UNITS = {

@@ -1,7 +1,8 @@
-"""Pure reads for the inbox: the queue, its filters and counts, keyset pagination.
+"""Pure reads for the inbox: pages with the inbox's cursor, neighbours, counts.
 
-Nothing here changes state. Pagination is by keyset (``WHERE (key, id) < (…)``),
-never by OFFSET, so the hundredth page costs what the first does.
+Nothing here changes state. The sets, filters, orders and keyset pagination are
+the one listing of actions in ``approvals.services.selectors`` (the REST list
+uses it too); this module adds what only the inbox needs.
 """
 
 from __future__ import annotations
@@ -12,68 +13,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.core.cache import cache
-from django.db.models import F, Q, QuerySet
-from django.db.models.functions import Coalesce
+from django.db.models import QuerySet
 from django.utils import timezone
 
-from approvals.models import Action, ActionStatus, Agent
+from approvals.models import Action, Agent
+from approvals.services.selectors import ORDERS, Filters, Order, filtered, keyset, pending_for
 
 PAGE_SIZE = 50
 URGENT_WITHIN = timedelta(hours=1)
-
-# age filter value -> (older than, younger than)
-AGES: dict[str, tuple[timedelta | None, timedelta | None]] = {
-    "lt1h": (None, timedelta(hours=1)),
-    "1h-24h": (timedelta(hours=1), timedelta(hours=24)),
-    "gt24h": (timedelta(hours=24), None),
-}
-
-
-@dataclass(frozen=True)
-class Order:
-    """One queue order: the sort key column and its direction; ``id`` breaks ties."""
-
-    key: str
-    descending: bool
-
-    def order_by(self) -> tuple[str, str]:
-        sign = "-" if self.descending else ""
-        return (f"{sign}{self.key}", f"{sign}id")
-
-    def after(self, value, action_id: str) -> Q:
-        """Rows strictly after ``(value, action_id)``, written as one range on the key.
-
-        ``key <= v AND NOT (key = v AND id >= i)`` rather than ``key < v OR (…)``:
-        both databases turn it into one index range scan in order; the OR form
-        makes SQLite read and sort every pending row.
-        """
-        if self.descending:
-            return Q(**{f"{self.key}__lte": value}) & ~Q(**{self.key: value, "id__gte": action_id})
-        return Q(**{f"{self.key}__gte": value}) & ~Q(**{self.key: value, "id__lte": action_id})
-
-
-ORDERS = {
-    "newest": Order("created_at", descending=True),
-    "urgent": Order("expires_at", descending=False),
-    # History: the most recently settled first (an unswept expiry settles at expires_at).
-    "decided": Order("settled_at", descending=True),
-}
-
-
-@dataclass(frozen=True)
-class Filters:
-    q: str = ""
-    kind: str = ""
-    agent: str = ""
-    group: int | None = None
-    age: str = ""
-    amount_min: int | None = None
-    amount_max: int | None = None
-    status: str = ""
-    mine: bool = False
-
-    def active(self) -> bool:
-        return any(value not in ("", None, False) for value in self.__dict__.values())
 
 
 @dataclass
@@ -83,61 +30,6 @@ class Page:
     order: str = "newest"
     cursor: str | None = None
     extra: dict = field(default_factory=dict)
-
-
-# --- Base sets ------------------------------------------------------------------------------
-
-
-def pending_for(user, now: datetime | None = None) -> QuerySet[Action]:
-    """Pending, not yet overdue, in one of the reviewer's groups."""
-    return Action.objects.visible_to_reviewer(user).with_effective_status(ActionStatus.PENDING, now)
-
-
-def decided_for(user, now: datetime | None = None) -> QuerySet[Action]:
-    """Everything the reviewer's groups can no longer decide, with ``settled_at`` to sort by."""
-    now = now or timezone.now()
-    return (
-        Action.objects.visible_to_reviewer(user)
-        .exclude(status=ActionStatus.PENDING, expires_at__gt=now)
-        .annotate(settled_at=Coalesce(F("decided_at"), F("expires_at")))
-    )
-
-
-def filtered(qs: QuerySet[Action], f: Filters, user, now: datetime | None = None) -> QuerySet:
-    now = now or timezone.now()
-    if f.kind:
-        qs = qs.filter(kind=f.kind)
-    if f.agent:
-        qs = qs.filter(agent__name=f.agent)
-    if f.group:
-        qs = qs.filter(review_group_id=f.group)
-    if f.age in AGES:
-        older, younger = AGES[f.age]
-        if older:
-            qs = qs.filter(created_at__lte=now - older)
-        if younger:
-            qs = qs.filter(created_at__gt=now - younger)
-    if f.amount_min is not None:
-        qs = qs.filter(payload__amount_cents__gte=f.amount_min)
-    if f.amount_max is not None:
-        qs = qs.filter(payload__amount_cents__lte=f.amount_max)
-    if f.status:
-        qs = qs.with_effective_status(f.status, now)
-    if f.mine:
-        qs = qs.filter(Q(decided_by_user=user) | Q(reviews__reviewer=user)).distinct()
-    if f.q:
-        qs = qs.filter(_search(f.q))
-    return qs
-
-
-def _search(text: str) -> Q:
-    """An action id finds that action; other text matches the title, kind or agent name."""
-    text = text.strip()
-    if text.startswith("act_") and " " not in text:
-        return Q(pk=text)
-    agents = Agent.objects.filter(name__icontains=text).values_list("pk", flat=True)
-    # Agents are few: resolving them first keeps the join out of the scan over actions.
-    return Q(title__icontains=text) | Q(kind__icontains=text) | Q(agent_id__in=list(agents))
 
 
 # --- Keyset pagination ------------------------------------------------------------------
@@ -162,17 +54,12 @@ def decode_cursor(cursor: str) -> tuple[datetime, str] | None:
 
 
 def page(qs: QuerySet[Action], order: str, cursor: str | None, size: int | None = None) -> Page:
-    """One page in ``order`` after ``cursor``: size + 1 rows are read to know if more exist."""
-    size = size or PAGE_SIZE
+    """One page in ``order`` after ``cursor``."""
     how = ORDERS[order]
     position = decode_cursor(cursor) if cursor else None
-    if position:
-        qs = qs.filter(how.after(*position))
-    related = qs.select_related("agent", "review_group", "decided_by_user")
-    rows = list(related.order_by(*how.order_by())[: size + 1])
+    rows, more = keyset(qs, order, position, size or PAGE_SIZE)
     next_cursor = None
-    if len(rows) > size:
-        rows = rows[:size]
+    if more:
         last = rows[-1]
         next_cursor = encode_cursor(getattr(last, how.key), last.pk)
     return Page(rows, next_cursor, order, cursor if position else None)

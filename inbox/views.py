@@ -25,6 +25,7 @@ from approvals.errors import (
     InvalidInput,
     StalePayload,
 )
+from approvals.services import selectors
 from audit.models import AuditEvent
 
 from . import charts, csv_export, presenters, queries
@@ -61,7 +62,7 @@ def queue(request: HtmxHttpRequest) -> HttpResponse:
     form = QueueFilterForm(request.GET, user=request.user)
     form.is_valid()
     filters = form.filters()
-    pending = queries.filtered(queries.pending_for(request.user), filters, request.user)
+    pending = selectors.filtered(selectors.pending_for(request.user), filters, request.user)
     if request.GET.get("only"):
         rows = pending.filter(pk=request.GET["only"]).select_related("agent", "review_group")
         return render(request, "inbox/_rows.html", {"rows": rows, "live": True})
@@ -82,7 +83,7 @@ def decided(request: HtmxHttpRequest) -> HttpResponse:
     form = QueueFilterForm(request.GET, user=request.user)
     form.is_valid()
     filters = form.filters()
-    history = queries.filtered(queries.decided_for(request.user), filters, request.user)
+    history = selectors.filtered(selectors.decided_for(request.user), filters, request.user)
     page = queries.page(history, "decided", form.cursor)
     context = {
         "form": form,

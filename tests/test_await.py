@@ -8,7 +8,8 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.test import override_settings
 
-from approvals import services, waiting
+from approvals import services
+from approvals.services import waiting
 from tests.factories import make_action
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rules import engine
+from rules.bounds import bound_problem, effective_bounds
 
 ACTION = {
     "kind": "payment.refund",
@@ -283,7 +284,7 @@ def test_duplicate_names_are_refused():
     ],
 )
 def test_edit_bounds(bounds, original, value, problem):
-    found = engine.bound_problem(bounds, original, value)
+    found = bound_problem(bounds, original, value)
     assert (found is None) if problem is None else (problem in found)
 
 
@@ -381,7 +382,7 @@ AMOUNT = "payload.amount_cents"
     ],
 )
 def test_effective_bounds(payload, rule, push, expected):
-    bounds = engine.effective_bounds([AMOUNT], payload, {AMOUNT: rule}, {AMOUNT: push})
+    bounds = effective_bounds([AMOUNT], payload, {AMOUNT: rule}, {AMOUNT: push})
     assert bounds == {AMOUNT: expected}
 
 
@@ -397,7 +398,7 @@ _limit = st.one_of(st.none(), st.integers(-(10**6), 10**6), st.just("original"))
 @settings(max_examples=300, deadline=None)
 def test_an_agent_never_widens_what_the_rules_allow(original, rule, push, value):
     payload = {"amount_cents": original}
-    without = engine.effective_bounds([AMOUNT], payload, {AMOUNT: rule}, {})[AMOUNT]
-    narrowed = engine.effective_bounds([AMOUNT], payload, {AMOUNT: rule}, {AMOUNT: push})[AMOUNT]
-    if engine.bound_problem(without, original, value):
-        assert engine.bound_problem(narrowed, original, value)
+    without = effective_bounds([AMOUNT], payload, {AMOUNT: rule}, {})[AMOUNT]
+    narrowed = effective_bounds([AMOUNT], payload, {AMOUNT: rule}, {AMOUNT: push})[AMOUNT]
+    if bound_problem(without, original, value):
+        assert bound_problem(narrowed, original, value)

@@ -12,8 +12,9 @@ from django.db import connection
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
-from approvals import dbexec, services, waiting
+from approvals import dbexec, services
 from approvals.models import Action
+from approvals.services import waiting
 from audit import log as audit
 from audit.models import AuditEvent
 from tests.factories import make_action

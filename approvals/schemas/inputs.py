@@ -1,180 +1,32 @@
-"""Input and output contracts shared by the REST API and the MCP tools.
-
-Validation lives here so that every adapter refuses the same input with the
-same message, naming the field.
-"""
+"""What agents and reviewers send: a push, a decision, a rejection, a result, a cancellation."""
 
 from __future__ import annotations
 
-import re
-from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
     Field,
     WithJsonSchema,
     field_validator,
     model_validator,
 )
 
-KIND_RE = re.compile(r"^[a-z0-9_-]+(\.[a-z0-9_-]+)*$")
-FLAG_RE = re.compile(r"^[a-z0-9_.:-]+$")
-
-PreviewFormatLiteral = Literal["plain", "markdown", "diff", "json"]
-RFC3339_RE = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
-
-
-def _rfc3339_text(value: Any) -> Any:
-    if isinstance(value, datetime) and value.tzinfo is not None:
-        return value
-    if not isinstance(value, str) or not RFC3339_RE.match(value):
-        raise ValueError("must be a date-time with a time zone, e.g. 2026-01-31T12:00:00Z")
-    return value
-
-
-def _in_calendar(value: datetime) -> datetime:
-    try:
-        return value.astimezone(UTC)
-    except OverflowError:
-        raise ValueError("is outside the calendar (years 1 to 9999 in UTC)") from None
-
-
-# An RFC 3339 date-time (what `format: date-time` promises): no bare date, no
-# Unix number, no naive time, and nothing that overflows the calendar in UTC.
-Timestamp = Annotated[datetime, BeforeValidator(_rfc3339_text), AfterValidator(_in_calendar)]
-
-
-class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-def check_http_url(value: str, field: str = "target_url") -> str:
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"{field} must be an absolute http:// or https:// URL")
-    if any(ch.isspace() or ord(ch) < 32 for ch in value):
-        raise ValueError(f"{field} must not contain whitespace or control characters")
-    return value
-
-
-# Containers nested deeper than this are refused: nobody needs them, and past
-# about 250 levels serializers and renderers hit their recursion limits.
-MAX_JSON_DEPTH = 64
-# Numbers up to this magnitude are stored and hashed exactly (audit/canonical.py
-# writes integers below 10**21 digit for digit), so 2**63 or 1e20 from an agent
-# survive both databases and verify; beyond it an amount has no business in a
-# payload and is refused (send it as a string).
-MAX_SAFE_INTEGER = 10**21 - 1
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-# What the OpenAPI document promises for agent JSON (payload, context, result
-# detail, edit values), as far as JSON Schema can say it: no NUL in text or keys,
-# numbers within the safe range. (Depth and lone surrogates are checked too.)
-NO_NUL = "^[^\\x00]*$"
-JSON_VALUE_REF = "#/components/schemas/JsonValue"
-# ninja resolves every $ref while it builds the document, so fields point at this
-# marker, which ``approvals.api.ImpriAPI`` swaps for the $ref afterwards.
-JSON_VALUE_MARKER = {"x-impri-json-value": True}
-JSON_OBJECT_SCHEMA = {
-    "type": "object",
-    "additionalProperties": JSON_VALUE_MARKER,
-    "propertyNames": {"pattern": NO_NUL},
-}
-JSON_VALUE_SCHEMA = {
-    "description": "Any JSON value: text without NUL, numbers below 10^21 in magnitude, "
-    f"nested at most {MAX_JSON_DEPTH} deep.",
-    "anyOf": [
-        {"type": "string", "pattern": NO_NUL},
-        {"type": "number", "minimum": -MAX_SAFE_INTEGER, "maximum": MAX_SAFE_INTEGER},
-        {"type": "boolean"},
-        {"type": "null"},
-        {"type": "array", "items": JSON_VALUE_MARKER},
-        JSON_OBJECT_SCHEMA,
-    ],
-}
-JsonObject = Annotated[dict[str, Any], WithJsonSchema(JSON_OBJECT_SCHEMA)]
-EDIT_PATH = "^payload\\.[^\\x00]+$"
-
-
-def safe_text(text: str) -> str:
-    """``text`` with lone surrogates written as ``\\udXXX``, so a message quoting it can be sent."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def text_problem(text: str) -> str | None:
-    """Why ``text`` can't be stored and shown as it is (NUL, lone surrogate), or None."""
-    if "\x00" in text:
-        return "text must not contain NUL characters"
-    found = _SURROGATE.search(text)
-    if found:
-        return f"text must not contain a lone surrogate (U+{ord(found.group()):04X})"
-    return None
-
-
-def json_problem(value: Any, path: str) -> str | None:
-    """The first part of a JSON value that can't be stored and shown, as ``path: problem``.
-
-    Refused: containers nested deeper than ``MAX_JSON_DEPTH``, NaN and Infinity
-    (not JSON; PostgreSQL refuses them), integers outside I-JSON's safe range,
-    and text (values or keys) with NUL or a lone surrogate. Walked with a stack,
-    so a hostile depth can't exhaust the recursion limit here.
-    """
-    stack: list[tuple[Any, str, int]] = [(value, path, 1)]
-    while stack:
-        node, where, depth = stack.pop()
-        if isinstance(node, str):
-            problem = text_problem(node)
-            if problem:
-                return f"{where}: {problem}"
-        elif isinstance(node, bool) or node is None:
-            continue
-        elif isinstance(node, int | float):
-            if node != node or node in (float("inf"), float("-inf")):
-                return f"{where}: NaN and Infinity are not JSON numbers"
-            if abs(node) > MAX_SAFE_INTEGER:
-                return f"{where}: numbers must be below 10^21 in magnitude (send larger ones as strings)"
-        elif isinstance(node, dict | list):
-            if depth > MAX_JSON_DEPTH:
-                return f"{where}: nested deeper than {MAX_JSON_DEPTH} levels"
-            items = node.items() if isinstance(node, dict) else enumerate(node)
-            children = []
-            for key, item in items:
-                key_text = str(key)
-                if isinstance(key, str):
-                    problem = text_problem(key)
-                    if problem:
-                        return f"{where}.{safe_text(key_text)}: key {problem}"
-                children.append((item, f"{where}.{key_text}", depth + 1))
-            stack.extend(reversed(children))
-    return None
-
-
-def check_text(value: str, field: str) -> str:
-    """A pydantic validator body: refuse NUL and lone surrogates, naming ``field``."""
-    problem = text_problem(value)
-    if problem:
-        raise ValueError(f"{field}: {problem}")
-    return value
-
-
-def resolve_path(document: dict, dotted: str) -> tuple[bool, Any]:
-    """Look up ``payload.a.b`` in ``{"payload": …}``; list items by index."""
-    node: Any = document
-    for part in dotted.split("."):
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return False, None
-    return True, node
+from .validation import (
+    EDIT_PATH,
+    FLAG_RE,
+    JSON_VALUE_MARKER,
+    KIND_RE,
+    NO_NUL,
+    JsonObject,
+    PreviewFormatLiteral,
+    RejectReasonLiteral,
+    StrictModel,
+    check_http_url,
+    check_text,
+    json_problem,
+    resolve_path,
+)
 
 
 class EditableIn(StrictModel):
@@ -400,11 +252,6 @@ class DecisionIn(StrictModel):
         return self
 
 
-RejectReasonLiteral = Literal[
-    "wrong_amount", "policy", "duplicate", "needs_info", "suspicious", "other"
-]
-
-
 class RejectIn(StrictModel):
     note: str = Field(default="", max_length=5000, json_schema_extra=NOTE_SCHEMA)
     reason: RejectReasonLiteral | None = Field(
@@ -445,98 +292,3 @@ class CancelIn(StrictModel):
     @classmethod
     def _reason(cls, value: str) -> str:
         return check_text(value, "reason")
-
-
-# --- Outputs ----------------------------------------------------------------
-
-
-class PreviewOut(BaseModel):
-    format: PreviewFormatLiteral
-    body: str
-
-
-class Actor(BaseModel):
-    type: Literal["reviewer", "rule", "agent", "system"]
-    name: str
-
-
-UnixSeconds = Annotated[int, Field(description="Unix seconds (UTC).")]
-
-
-class ResultOut(BaseModel):
-    status: Literal["executed", "failed"]
-    detail: dict[str, Any] | str | None
-    reported_at: UnixSeconds
-
-
-class ActionOut(BaseModel):
-    action_id: str
-    agent: str
-    kind: str
-    title: str
-    preview: PreviewOut
-    payload: dict[str, Any]
-    original_payload: dict[str, Any]
-    payload_sha256: Annotated[
-        str, Field(description="SHA-256 of `payload`: what an approval names (`payload_sha256`).")
-    ]
-    context: dict[str, Any]
-    target_url: str | None
-    editable: list[str]
-    edit_bounds: Annotated[
-        dict[str, dict[str, Any]],
-        Field(
-            description='Per editable path, the {min, max} an edit must keep to ("original": the figure pushed).'
-        ),
-    ]
-    flags: list[str]
-    idempotency_key: str | None
-    status: str
-    created_at: UnixSeconds
-    expires_at: UnixSeconds
-    decision_at: UnixSeconds | None
-    decided_by: Actor | None
-    note: str
-    reason: RejectReasonLiteral | None = None
-    edited_by_human: bool
-    result: ResultOut | None
-    inbox_url: str
-
-
-class DecisionOut(BaseModel):
-    action_id: str
-    status: Annotated[str, Field(description="pending means: no decision yet, call again.")]
-    decision_at: UnixSeconds | None
-    payload: dict[str, Any]
-    preview: Annotated[
-        PreviewOut,
-        Field(
-            description="Once decided, always a diff of the proposed payload against the "
-            "approved one (empty when nothing changed, or when not approved)."
-        ),
-    ]
-    edited_by_human: bool
-    decided_by: Actor | None
-    note: str
-    reason: RejectReasonLiteral | None = Field(
-        default=None, description="A rejection's reason code, when the reviewer gave one."
-    )
-    payload_sha256: str | None = Field(
-        default=None, description="SHA-256 of the approved payload's canonical JSON."
-    )
-    grant: str | None = Field(
-        default=None,
-        description="Approved: a signed single-use grant (compact JWS, EdDSA) the executor "
-        "verifies against /.well-known/jwks.json before moving money.",
-    )
-
-
-class ActionPage(BaseModel):
-    items: list[ActionOut]
-    next_cursor: str | None
-
-
-class ErrorOut(BaseModel):
-    detail: str
-    code: str
-    field: str | None = None

@@ -1,4 +1,6 @@
-"""The waiter hub: every open wait of this process, woken by one receiver.
+"""Waiting for a decision: the wait loop (:func:`await_decision`) and the waiter hub.
+
+The waiter hub: every open wait of this process, woken by one receiver.
 
 A wait costs a future and a dictionary entry: no thread, no database
 connection, no channel of its own. Per process (per event loop) the hub keeps
@@ -27,6 +29,7 @@ import asyncio
 import logging
 import time
 import weakref
+from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Literal
 
@@ -34,8 +37,12 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.utils import timezone
 
-from . import dbexec
-from .events import action_group, layer_slot
+from impri import metrics
+
+from .. import dbexec
+from ..events import action_group, layer_slot
+from ..models import Action, ActionStatus, Agent
+from .selectors import get_action_for_agent
 
 logger = logging.getLogger(__name__)
 
@@ -261,8 +268,6 @@ class WaiterHub:
 
 def settled_among(ids: list[str]) -> list[str]:
     """Which of ``ids`` are no longer pending as a reader sees it (decided, or overdue)."""
-    from .models import Action, ActionStatus
-
     now = timezone.now()
     settled: list[str] = []
     for start in range(0, len(ids), BATCH):
@@ -308,3 +313,62 @@ def shutdown() -> int:
 
 def waiting() -> int:
     return sum(found.waiting for found in _hubs.values())
+
+
+# --- The wait loop ------------------------------------------------------------------------
+
+
+ProgressCallback = Callable[[float], Awaitable[None]]
+
+
+async def await_decision(
+    action_id: str,
+    *,
+    agent: Agent,
+    timeout_s: float,
+    on_progress: ProgressCallback | None = None,
+    progress_every_s: float = 10.0,
+) -> Action:
+    """Wait until the action is no longer pending, or ``timeout_s`` passes.
+
+    1. Register with the process's waiter hub (before reading, so a decision
+       that lands in between is not missed).
+    2. Read the row once: the row is the truth, messages are only hints.
+    3. Wait on the hub, holding no thread and no connection: it wakes us on
+       a channel-layer message, on its batched re-read, or on shutdown; read
+       the row again only when woken.
+    The final answer is read once more at the end, unless the wake's read is
+    that answer. On shutdown the wait answers at once (``pending`` unless it
+    was decided) so the agent asks again, possibly another process.
+    """
+    read = dbexec.wrap(get_action_for_agent, lane="wake")
+    timeout_s = max(0.0, min(float(timeout_s), float(settings.IMPRI_MAX_AWAIT_S)))
+    started = time.monotonic()
+    deadline = started + timeout_s
+    next_progress = started + progress_every_s
+    async with hub().watch(action_id) as watch:
+        action = await read(action_id, agent)
+        settled_while_waiting = not action.is_settled
+        while not action.is_settled:
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            if on_progress is not None and now >= next_progress:
+                await on_progress(now - started)
+                next_progress = now + progress_every_s
+            step = min(deadline, next_progress if on_progress else deadline) - now
+            # Expiry needs no sweep to be seen: wake at it and answer expired.
+            until_expiry = (action.expires_at - timezone.now()).total_seconds()
+            why = await watch.wait(min(step, max(0.0, until_expiry) + 0.01))
+            if why == "changed":
+                action = await read(action_id, agent)
+            elif why == "shutdown":
+                break
+            elif action.expires_at <= timezone.now():
+                # Overdue while we waited: the row says pending, a reader sees expired.
+                break
+    if not action.is_settled:
+        action = await read(action_id, agent)
+    if settled_while_waiting and action.is_settled and action.decision_at is not None:
+        metrics.observe_wake((timezone.now() - action.decision_at).total_seconds())
+    return action

@@ -1,0 +1,157 @@
+"""REST adapter (django-ninja): parse, call a service, shape the answer.
+
+The API and its error mapping (once for the whole API) live here; the routes in
+``agent`` (push, read, await, report, cancel, list), ``reviewer`` (approve,
+reject) and ``audit`` (the log and its verification).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+
+import psycopg
+from django.db import DatabaseError
+from django.http import HttpRequest
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.security import HttpBearer
+
+from .. import dbexec, faults, keys
+from ..errors import ImpriError, RateLimited
+from ..schemas import JSON_VALUE_MARKER, JSON_VALUE_REF, JSON_VALUE_SCHEMA
+from . import agent, audit, reviewer
+
+logger = logging.getLogger(__name__)
+
+
+class KeyAuth(HttpBearer):
+    """Bearer keys, checked on the database pool: a request holds no thread of its own.
+
+    Checked here, before ninja validates the body, so a caller without a valid
+    key learns nothing but 401.
+    """
+
+    async def authenticate(self, request: HttpRequest, token: str) -> keys.Principal | None:
+        return await dbexec.run(keys.authenticate, token)
+
+
+class ImpriAPI(NinjaAPI):
+    def get_openapi_schema(self, *args, **kwargs):
+        """The document, with the JSON value schema the agent JSON fields refer to."""
+        schema = super().get_openapi_schema(*args, **kwargs)
+        schema.setdefault("components", {}).setdefault("schemas", {})["JsonValue"] = copy.deepcopy(
+            JSON_VALUE_SCHEMA
+        )
+        return _point_at_json_value(schema)
+
+    def get_openapi_operation_id(self, operation) -> str:
+        """``approvals_api_<view>``, whichever module holds the route: the ids stay as published."""
+        return f"approvals_api_{operation.view_func.__name__}"
+
+
+def _point_at_json_value(node):
+    if node == JSON_VALUE_MARKER:
+        return {"$ref": JSON_VALUE_REF}
+    if isinstance(node, dict):
+        for key, value in node.items():
+            node[key] = _point_at_json_value(value)
+    elif isinstance(node, list):
+        node[:] = [_point_at_json_value(item) for item in node]
+    return node
+
+
+api = ImpriAPI(
+    title="Impri",
+    version="1",
+    description="Human approval for the actions of AI agents.",
+    urls_namespace="api",
+    auth=KeyAuth(),
+)
+
+
+# --- Error mapping (once for the whole API) ------------------------------------
+
+
+@api.exception_handler(ImpriError)
+def _domain_error(request, exc: ImpriError):
+    response = api.create_response(request, exc.as_dict(), status=exc.status_code)
+    if isinstance(exc, RateLimited):
+        response["Retry-After"] = str(exc.retry_after)
+    return response
+
+
+@api.exception_handler(Exception)
+def _unexpected_error(request, exc: Exception):
+    """Nothing on /api/ answers an HTML page: a database away is 503, the rest a JSON 500."""
+    if isinstance(exc, DatabaseError | psycopg.Error):
+        faults.note("database", "the API answers 503", exc)
+        return api.create_response(
+            request,
+            {"detail": "the database is unavailable; retry shortly", "code": "unavailable"},
+            status=503,
+        )
+    logger.exception("unexpected error on %s %s", request.method, request.path)
+    return api.create_response(
+        request, {"detail": "internal error; it was logged", "code": "internal"}, status=500
+    )
+
+
+@api.exception_handler(AuthenticationError)
+def _auth_error(request, exc):
+    return api.create_response(
+        request,
+        {
+            "detail": "missing, unknown or revoked key: send Authorization: Bearer <key>",
+            "code": "not_authenticated",
+        },
+        status=401,
+    )
+
+
+@api.exception_handler(HttpError)
+def _http_error(request, exc: HttpError):
+    """ninja's own refusals, in our error shape; the only 400 is a body that isn't JSON."""
+    if exc.status_code == 400:
+        body = {"detail": "body: is not valid JSON", "code": "bad_request", "field": "body"}
+    else:
+        body = {"detail": str(exc), "code": "error"}
+    return api.create_response(request, body, status=exc.status_code)
+
+
+@api.exception_handler(ValidationError)
+def _validation_error(request, exc: ValidationError):
+    problems = [_describe(error) for error in exc.errors]
+    first = problems[0] if problems else {"field": "body", "message": "invalid input"}
+    return api.create_response(
+        request,
+        {
+            "detail": "; ".join(f"{p['field']}: {p['message']}" for p in problems),
+            "code": "invalid",
+            "field": first["field"],
+            "errors": problems,
+        },
+        status=422,
+    )
+
+
+def _describe(error: dict) -> dict:
+    loc = [str(part) for part in error.get("loc", ())]
+    # ninja prefixes ("body", "<param>") or ("query",); callers know the fields, not our params.
+    if loc[:1] == ["body"]:
+        loc = loc[2:]
+    elif loc[:1] in (["query"], ["path"], ["header"]):
+        loc = loc[1:]
+    message = error.get("msg", "invalid")
+    if message.startswith("Value error, "):
+        message = message[len("Value error, ") :]
+        field, sep, rest = message.partition(": ")
+        here = ".".join(loc)
+        if sep and " " not in field and (not loc or field == here or field.startswith(here + ".")):
+            return {"field": field, "message": rest}
+    return {"field": ".".join(loc) or "body", "message": message}
+
+
+api.add_router("/", agent.router)
+api.add_router("/", reviewer.router)
+api.add_router("/audit", audit.router)

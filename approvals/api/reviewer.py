@@ -1,0 +1,57 @@
+"""The reviewer's routes: approve (with edits) and reject."""
+
+from __future__ import annotations
+
+from ninja import Router
+
+from .. import dbexec, services
+from ..presenters import action_out
+from ..schemas import (
+    ActionOut,
+    DecisionIn,
+    RejectIn,
+)
+from .common import ERRORS, IDEMPOTENCY_HEADER, ActionId, _base, _key, _reviewer
+
+router = Router(tags=["actions"])
+
+
+@router.post("/actions/{action_id}/approve", response={200: ActionOut, **ERRORS})
+@dbexec.view
+def approve(
+    request,
+    action_id: ActionId,
+    data: DecisionIn | None = None,
+    idempotency_key: str | None = IDEMPOTENCY_HEADER,
+):
+    data = data or DecisionIn()
+    action = services.decide(
+        action_id,
+        by=_reviewer(request),
+        verdict="approve",
+        edits=data.edits,
+        note=data.note,
+        idempotency_key=_key(idempotency_key),
+        approves_sha256=data.payload_sha256.lower() if data.payload_sha256 else None,
+    )
+    return action_out(action, _base(request))
+
+
+@router.post("/actions/{action_id}/reject", response={200: ActionOut, **ERRORS})
+@dbexec.view
+def reject(
+    request,
+    action_id: ActionId,
+    data: RejectIn | None = None,
+    idempotency_key: str | None = IDEMPOTENCY_HEADER,
+):
+    data = data or RejectIn()
+    action = services.decide(
+        action_id,
+        by=_reviewer(request),
+        verdict="reject",
+        note=data.note,
+        reason=data.reason or "",
+        idempotency_key=_key(idempotency_key),
+    )
+    return action_out(action, _base(request))

@@ -1,0 +1,63 @@
+"""What every transition shares: its transaction, the payload digest, groups, the announcement."""
+
+from __future__ import annotations
+
+import hashlib
+from contextlib import contextmanager
+
+from django.conf import settings
+from django.contrib.auth.models import Group
+from django.db import transaction
+
+from audit import log as audit
+from audit.models import canonical_json
+
+from .. import events, outbox
+from ..errors import InvalidInput
+from ..models import Action
+from ..schemas import json_problem
+
+
+@contextmanager
+def _atomic():
+    """A change's transaction: its audit events are appended together just before commit."""
+    with transaction.atomic(), audit.batch():
+        yield
+
+
+def payload_sha256(payload: dict) -> str:
+    """SHA-256 of the payload's canonical encoding (``audit.canonical``: numbers by value).
+
+    The one digest used everywhere (push, reviews, approval, result, the four-eyes
+    check): a payload as pushed and as read back from either database hash alike.
+    """
+    return hashlib.sha256(canonical_json(payload)).hexdigest()
+
+
+def default_group() -> Group:
+    group, _ = Group.objects.get_or_create(name=settings.IMPRI_DEFAULT_GROUP)
+    return group
+
+
+def _announce(action: Action, event: str) -> None:
+    """Tell whoever waits that the action settled: waiters after commit, the agent's webhook."""
+    events.publish_on_commit(action, event)
+    outbox.enqueue_webhook(action, event)
+
+
+def _group(name: str | None) -> Group:
+    """The group named, or the default group when there is none by that name (never created here)."""
+    return (Group.objects.filter(name=name).first() if name else None) or default_group()
+
+
+def _group_name(action: Action) -> str:
+    return action.review_group.name if action.review_group else "(none)"
+
+
+def _refuse_unstorable(**values) -> None:
+    """Every adapter's last wall: nothing that PostgreSQL refuses or a page can't show is stored."""
+    for field, value in values.items():
+        problem = json_problem(value, field)
+        if problem:
+            field, _, message = problem.partition(": ")
+            raise InvalidInput(field, message)

@@ -1,0 +1,74 @@
+"""The pure edit checks: editable paths, same JSON type, bounds; the edited payload."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+from rules.bounds import bound_problem, effective_bounds
+
+from ..errors import InvalidInput
+from ..models import Action
+from ..schemas import resolve_path
+
+
+def apply_edits(action: Action, edits: dict) -> dict:
+    """Return the current payload with ``edits`` applied.
+
+    Only a path listed in ``editable`` may change, to a value of the same JSON
+    type, within its bounds (``edit_bounds``: the money default, the rule's, the
+    agent's narrowing; ``original`` meaning the figure the agent pushed). Anything else is refused with a 422 naming ``edits.<path>``.
+    """
+    document = {"payload": copy.deepcopy(action.payload)}
+    for path, value in edits.items():
+        field = f"edits.{path}"
+        if path not in action.editable:
+            allowed = ", ".join(action.editable) or "none"
+            raise InvalidInput(
+                field, f"{path} is not editable on this action (editable: {allowed})"
+            )
+        _, original = resolve_path({"payload": action.original_payload}, path)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidInput(field, "must be a finite number")
+        if not _same_json_type(original, value):
+            raise InvalidInput(field, f"must be a {_json_type(original)} like the original value")
+        problem = bound_problem(edit_bounds(action, path), original, value)
+        if problem:
+            raise InvalidInput(field, problem)
+        parent_path, _, leaf = path.rpartition(".")
+        _, parent = resolve_path(document, parent_path)
+        if isinstance(parent, list):
+            parent[int(leaf)] = value
+        else:
+            parent[leaf] = value
+    return document["payload"]
+
+
+def edit_bounds(action: Action, path: str) -> dict:
+    """The bounds an edit of ``path`` must keep to (fixed at push; see rules.bounds.effective_bounds).
+
+    An action pushed before bounds were fixed per path gets the money default.
+    """
+    bounds = action.edit_bounds or {}
+    if path in bounds:
+        return bounds[path] or {}
+    return effective_bounds([path], action.original_payload, {}, {})[path]
+
+
+def _json_type(value) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    return "string"
+
+
+def _same_json_type(original, value) -> bool:
+    kind = _json_type(original)
+    if kind == "number":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if isinstance(value, dict | list) or value is None:
+        return False
+    return _json_type(value) == kind

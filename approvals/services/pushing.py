@@ -1,0 +1,214 @@
+"""Pushing an action: idempotency, the rules' routing, the insert and its audit."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib.auth.models import Group
+from django.db import IntegrityError
+from django.utils import timezone
+
+from audit import log as audit
+from audit.models import ActorType, canonical_json
+from rules import engine as rule_engine
+from rules import services as rule_services
+from rules.bounds import effective_bounds
+
+from .. import events, outbound, outbox
+from ..errors import IdempotencyConflict, InvalidInput
+from ..models import Action, ActionStatus, Agent, Notification
+from ..schemas import ActionIn
+from .common import _announce, _atomic, _group, payload_sha256
+from .selectors import _load
+
+
+def push_action(
+    agent: Agent, data: ActionIn, *, idempotency_key: str | None = None
+) -> tuple[Action, bool]:
+    """Create an action routed by the rules (pending, or decided by a rule); returns ``(action, created)``.
+
+    A replayed idempotency key returns the existing action (``created`` is
+    False) when the request is the same, and raises IdempotencyConflict when
+    it differs. Concurrent pushes with one key create exactly one action: the
+    database's unique constraint decides, the losers read the winner.
+    """
+    if idempotency_key and data.idempotency_key and idempotency_key != data.idempotency_key:
+        raise InvalidInput("idempotency_key", "differs from the Idempotency-Key header")
+    key = idempotency_key or data.idempotency_key
+    request_hash = hashlib.sha256(
+        canonical_json(data.model_dump(mode="json", exclude={"idempotency_key"}))
+    ).hexdigest()
+    if key:
+        existing = Action.objects.filter(agent=agent, idempotency_key=key).first()
+        if existing is not None:
+            return _replay(existing, request_hash), False
+    if data.callback_url:
+        _check_callback(data.callback_url)
+    try:
+        with _atomic():
+            action = _create(agent, data, key, request_hash)
+    except IntegrityError:
+        if not key:
+            raise
+        return _replay(Action.objects.get(agent=agent, idempotency_key=key), request_hash), False
+    return action, True
+
+
+def _check_callback(url: str) -> None:
+    """An agent's callback must reach a public address (or one the operator allows)."""
+    try:
+        outbound.check_url(url)
+    except outbound.Refused as exc:
+        raise InvalidInput("callback_url", str(exc)) from None
+
+
+def _create(agent: Agent, data: ActionIn, key: str | None, request_hash: str) -> Action:
+    """Insert the action as the rules route it: pending for review, or decided by a rule."""
+    now = timezone.now()
+    loaded = rule_services.current_rules()
+    view = {
+        "kind": data.kind,
+        "agent": agent.name,
+        "agent_id": agent.pk,
+        "payload": data.payload,
+        "flags": data.flags,
+        "context": data.context,
+    }
+    verdict = _known_group(_within_budget(rule_engine.evaluate(loaded.rules, view), view, now))
+    expiries = [s for s in (data.expires_in_s, verdict.expires_in_s) if s]
+    status, decided_at = {
+        "auto_approve": (ActionStatus.APPROVED, now),
+        "auto_reject": (ActionStatus.REJECTED, now),
+    }.get(verdict.outcome, (ActionStatus.PENDING, None))
+    action = Action(
+        agent=agent,
+        kind=data.kind,
+        title=data.title,
+        preview_format=data.preview.format,
+        preview_body=data.preview.body,
+        payload=data.payload,
+        original_payload=data.payload,
+        context=data.context,
+        target_url=data.target_url or "",
+        editable=data.editable_paths(),
+        flags=data.flags,
+        idempotency_key=key,
+        request_hash=request_hash,
+        created_at=now,
+        expires_at=now
+        + timedelta(seconds=min(expiries) if expiries else settings.IMPRI_DEFAULT_EXPIRES_S),
+        status=status,
+        decided_at=decided_at,
+        decided_by_rule=(verdict.rule or "") if status != ActionStatus.PENDING else "",
+        note=verdict.reason if status == ActionStatus.REJECTED else "",
+        review_group=_group(verdict.group),
+        approvals_required=verdict.approvals_required,
+        rule_name=verdict.rule or "",
+        rule_version=loaded.version,
+        rule_trace=verdict.trace,
+        edit_bounds=effective_bounds(
+            data.editable_paths(), data.payload, verdict.edit_bounds, data.push_bounds()
+        ),
+        escalate_at=now + timedelta(seconds=verdict.escalate_after_s)
+        if verdict.escalate_after_s
+        else None,
+        escalate_to=verdict.escalate_to or "",
+        callback_url=data.callback_url or "",
+    )
+    action.save(force_insert=True)
+    _audit_push(action, verdict, loaded.version)
+    if action.status == ActionStatus.PENDING:
+        events.publish_on_commit(action, "action.pushed")
+        outbox.enqueue_notifications(action, action.review_group, Notification.Kind.NEW)
+    else:
+        _announce(action, f"action.{action.status}")
+    return action
+
+
+def _within_budget(verdict, view: dict, now):
+    """An auto-approval that would pass its rule's budget goes to review instead."""
+    if verdict.outcome != "auto_approve" or verdict.budget is None:
+        return verdict
+    if rule_services.reserve_budget(verdict.rule, verdict.budget, view, now):
+        return verdict
+    budget = verdict.budget
+    why = f"budget of {verdict.rule!r} ({budget.sum} max {budget.max} per {budget.per}) would be exceeded: review"
+    return dataclasses.replace(
+        verdict,
+        outcome="review",
+        budget=None,
+        trace=[*verdict.trace, {"rule": verdict.rule, "matched": True, "why": why}],
+    )
+
+
+def _known_group(verdict):
+    """A rule's group that does not exist routes to the default group, with a trace line saying so."""
+    name = verdict.group
+    if not name or name == settings.IMPRI_DEFAULT_GROUP or Group.objects.filter(name=name).exists():
+        return verdict
+    why = (
+        f"group {name!r} does not exist: routed to the default group "
+        f"{settings.IMPRI_DEFAULT_GROUP!r} instead"
+    )
+    return dataclasses.replace(
+        verdict,
+        group=None,
+        trace=[*verdict.trace, {"rule": verdict.rule, "matched": True, "why": why}],
+    )
+
+
+def _audit_push(action: Action, verdict, version: int) -> None:
+    pushed_by = {
+        "actor_type": ActorType.AGENT,
+        "actor_id": action.agent.name,
+        "actor_ref": f"agent:{action.agent_id}",
+        "action_id": action.pk,
+    }
+    audit.record(
+        "action.pushed",
+        **pushed_by,
+        data={
+            "kind": action.kind,
+            "title": action.title,
+            "payload_sha256": payload_sha256(action.payload),
+            "flags": action.flags,
+            "editable": action.editable,
+            "edit_bounds": action.edit_bounds,
+            "expires_at": action.expires_at.isoformat(),
+        },
+    )
+    by_rule = {
+        "actor_type": ActorType.RULE,
+        "actor_id": action.rule_name or "(default)",
+        "action_id": action.pk,
+    }
+    audit.record(
+        "rule.matched",
+        **by_rule,
+        data={
+            "rule": action.rule_name or None,
+            "rule_version": version,
+            "outcome": verdict.outcome,
+            "routed_to": action.review_group.name,
+            "approvals_required": action.approvals_required,
+            "trace": verdict.trace,
+        },
+    )
+    if action.status == ActionStatus.APPROVED:
+        audit.record(
+            "action.approved", **by_rule, data={"payload_sha256": payload_sha256(action.payload)}
+        )
+    elif action.status == ActionStatus.REJECTED:
+        audit.record("action.rejected", **by_rule, data={"note": action.note})
+
+
+def _replay(existing: Action, request_hash: str) -> Action:
+    if existing.request_hash != request_hash:
+        raise IdempotencyConflict(
+            f"idempotency_key {existing.idempotency_key!r} was already used for a different request "
+            f"(action {existing.pk})"
+        )
+    return _load(existing.pk)
