@@ -393,6 +393,9 @@ IMPRI_GRANT_TTL_S = envint("IMPRI_GRANT_TTL_S", "3600", minimum=1)
 IMPRI_MCP_AWAIT_CAP_S = envfloat("IMPRI_MCP_AWAIT_CAP_S", "50", minimum=1)
 IMPRI_MCP_PROGRESS_EVERY_S = envfloat("IMPRI_MCP_PROGRESS_EVERY_S", "12", minimum=0.1)
 
+# What a rules backtest replays: past actions as the rules saw them (rules never import approvals).
+IMPRI_BACKTEST_HISTORY = "approvals.history.past_action_views"
+
 # Bearer token Prometheus scrapes /metrics with; unset: no metrics endpoint (404).
 IMPRI_METRICS_TOKEN = env("IMPRI_METRICS_TOKEN")
 

@@ -15,7 +15,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 
 from . import engine, services
-from .backtest import backtest, dry_run, parse_since
+from .backtest import AMOUNT_PATH, backtest, dry_run, parse_since, past_actions
 from .models import BudgetCounter, Rule, RuleSet, RuleSetVersion
 
 
@@ -133,7 +133,7 @@ class RuleAdmin(admin.ModelAdmin):
                 output = dry_run(rules, form.cleaned_data["action_json"])
             else:
                 since = form.cleaned_data["since_at"]
-                output = backtest(rules, since).as_text("payload.amount_cents")
+                output = backtest(rules, past_actions(since), since).as_text(AMOUNT_PATH)
         context = {
             **self.admin_site.each_context(request),
             "title": "Dry run and backtest",
@@ -238,8 +238,8 @@ def preview(rules: list[engine.Rule]) -> dict:
             )
         ),
         "unchanged": old_text == new_text,
-        "backtest_before": backtest(current, since).as_text("payload.amount_cents"),
-        "backtest_after": backtest(rules, since).as_text("payload.amount_cents"),
+        "backtest_before": backtest(current, past_actions(since), since).as_text(AMOUNT_PATH),
+        "backtest_after": backtest(rules, past_actions(since), since).as_text(AMOUNT_PATH),
         "count": len(rules),
     }
 
