@@ -14,7 +14,7 @@ from pathlib import Path
 
 # Long-running commands whose database pool is sized by role (impri/settings.py).
 ROLES = ("serve", "worker", "beat", "mcp")
-IMPRI_APPS = ("approvals", "rules", "audit", "inbox")
+IMPRI_APPS = ("impri", "approvals", "rules", "audit", "inbox")
 HELP_ARGS = ([], ["help"], ["--help"], ["-h"])
 
 

@@ -148,6 +148,7 @@ INSTALLED_APPS = [
     # Only for its static files: /api/v1/docs loads Swagger UI from this server, not a CDN.
     "ninja",
     "axes",
+    "impri.apps.ImpriConfig",  # the project-wide commands: serve, worker, beat, mcp, waitdb, backup
     "approvals",
     "rules",
     "audit",
