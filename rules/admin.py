@@ -14,6 +14,8 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 
+from impri.admin_site import ReadOnlyAdminMixin
+
 from . import engine, services
 from .backtest import AMOUNT_PATH, backtest, dry_run, parse_since, past_actions
 from .models import BudgetCounter, Rule, RuleSet, RuleSetVersion
@@ -302,43 +304,20 @@ class DryRunForm(forms.Form):
 
 
 @admin.register(RuleSet)
-class RuleSetAdmin(admin.ModelAdmin):
+class RuleSetAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("__str__", "version")
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(RuleSetVersion)
-class RuleSetVersionAdmin(admin.ModelAdmin):
+class RuleSetVersionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Every version of the rule set, read-only: its YAML and the diff from the one before."""
 
     list_display = ("version", "change", "changed_by", "created_at")
     readonly_fields = ("version", "change", "changed_by", "created_at", "yaml", "diff")
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(BudgetCounter)
-class BudgetCounterAdmin(admin.ModelAdmin):
+class BudgetCounterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("rule", "scope", "window_start", "total")
     list_filter = ("rule",)
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
+    allow_delete = True  # an operator may clear these by hand
