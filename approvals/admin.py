@@ -12,13 +12,13 @@ from django.utils.html import format_html
 from audit import log as audit
 from audit.models import ActorType
 from impri.admin_site import ReadOnlyAdminMixin
-from inbox.render import reveal
 
 from . import (
     admin_outbox,  # noqa: F401  (registers the outbox models)
     keys,
 )
 from .models import Action, Agent, ApiKey
+from .reveal import reveal
 
 
 class ApiKeyInline(admin.TabularInline):
