@@ -32,22 +32,19 @@ def envbool(name: str, default: str) -> bool:
 
 
 def envint(name: str, default: str, minimum: int = 0) -> int:
-    value = env(name, default) or default  # set but empty: the default
-    try:
-        number = int(value)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name} must be an integer, not {value!r}") from None
-    if number < minimum:
-        raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {number}")
-    return number
+    return _number(name, default, minimum, int, "an integer")
 
 
 def envfloat(name: str, default: str, minimum: float = 0.0) -> float:
+    return _number(name, default, minimum, float, "a number")
+
+
+def _number(name: str, default: str, minimum, parse, what: str):
     value = env(name, default) or default  # set but empty: the default
     try:
-        number = float(value)
+        number = parse(value)
     except ValueError:
-        raise ImproperlyConfigured(f"{name} must be a number, not {value!r}") from None
+        raise ImproperlyConfigured(f"{name} must be {what}, not {value!r}") from None
     if number < minimum:
         raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {number}")
     return number
