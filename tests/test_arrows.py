@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FORBIDDEN = {
     "rules": {"approvals", "inbox", "gateway"},
     "approvals": {"inbox", "gateway"},
-    "audit": {"rules", "inbox", "gateway"},
+    "audit": {"approvals", "rules", "inbox", "gateway"},
 }
 
 
