@@ -11,13 +11,14 @@ from django.utils.html import format_html
 
 from audit import log as audit
 from audit.models import ActorType
-from inbox.render import reveal
+from impri.admin_site import ReadOnlyAdminMixin
 
 from . import (
     admin_outbox,  # noqa: F401  (registers the outbox models)
     keys,
 )
 from .models import Action, Agent, ApiKey
+from .reveal import reveal
 
 
 class ApiKeyInline(admin.TabularInline):
@@ -175,7 +176,7 @@ ACTION_JSON_FIELDS = (
 
 
 @admin.register(Action)
-class ActionAdmin(admin.ModelAdmin):
+class ActionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Read-only: every change to an action goes through approvals.services."""
 
     exclude = ACTION_TEXT_FIELDS + ACTION_JSON_FIELDS
@@ -198,15 +199,6 @@ class ActionAdmin(admin.ModelAdmin):
     list_filter = ("status", "kind")
     search_fields = ("id", "title", "idempotency_key")
     list_select_related = ("agent",)
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 class ReviewerTokenInline(admin.TabularInline):

@@ -12,19 +12,10 @@ from django.contrib import admin
 from django.core.validators import validate_email
 from django.utils import timezone
 
+from impri.admin_site import ReadOnlyAdminMixin
+
 from . import outbound
 from .models import GroupNotificationSettings, Notification, WebhookAttempt, WebhookDelivery
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 class OutcomeFilter(admin.SimpleListFilter):
@@ -60,7 +51,7 @@ def outcome(obj) -> str:
     return "retrying" if obj.attempts else "queued"
 
 
-class WebhookAttemptInline(admin.TabularInline):
+class WebhookAttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
     model = WebhookAttempt
     fields = ("at", "status_code", "error", "duration_ms")
     readonly_fields = fields
@@ -68,15 +59,9 @@ class WebhookAttemptInline(admin.TabularInline):
     can_delete = False
     ordering = ("at", "pk")
 
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(WebhookDelivery)
-class WebhookDeliveryAdmin(ReadOnlyAdmin):
+class WebhookDeliveryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
         "id",
         "event",
@@ -116,7 +101,7 @@ class WebhookDeliveryAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Notification)
-class NotificationAdmin(ReadOnlyAdmin):
+class NotificationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
         "id",
         "kind",

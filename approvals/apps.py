@@ -6,4 +6,9 @@ class ApprovalsConfig(AppConfig):
     verbose_name = "Approvals"
 
     def ready(self) -> None:
+        from audit import identity
+
         from . import site  # noqa: F401  (registers the IMPRI_BASE_URL system check)
+        from .models import Agent, GroupNotificationSettings
+
+        identity.connect_agents_and_notifications(Agent, GroupNotificationSettings)

@@ -48,11 +48,11 @@ Row = tuple[object, tuple[str, ...]]  # (pk, keys); keys[0] is the destination
 
 
 def concurrency() -> int:
-    return int(getattr(settings, "IMPRI_DELIVERY_CONCURRENCY", 8))
+    return settings.IMPRI_DELIVERY_CONCURRENCY
 
 
 def per_destination() -> int:
-    return int(getattr(settings, "IMPRI_DELIVERY_PER_DESTINATION", 2))
+    return settings.IMPRI_DELIVERY_PER_DESTINATION
 
 
 def fair_order(rows: Iterable[Row]) -> list[Row]:

@@ -3,7 +3,7 @@
 The services write ``Notification`` rows (one per channel) when an action
 reaches a group, is escalated to it, is still undecided at reminder time, or was
 approved and never reported. :func:`send_due` sends what is due, with the same
-lease, retry and give-up rules as webhooks (see ``approvals.webhooks``).
+lease, retry and give-up rules as webhooks (see ``approvals.outbox``).
 
 Every message links to the action's page in the inbox and never to anything
 that acts on a GET: mail scanners and link unfurlers open links, and silence
@@ -24,10 +24,9 @@ from django.conf import settings
 from django.core.mail import get_connection, send_mail
 from django.db import connection
 
-from inbox.presenters import payload_money
-
-from . import lanes, outbound, webhooks
+from . import lanes, outbound, outbox
 from .models import Action, ActionStatus, GroupNotificationSettings, Notification
+from .money import payload_money
 from .presenters import inbox_url
 
 logger = logging.getLogger(__name__)
@@ -50,7 +49,7 @@ class Skip(Exception):
     """Nothing to send for this row; closed as given up, with the reason."""
 
 
-LANE = lanes.Lane("notifications", webhooks.USER_AGENT)
+LANE = lanes.Lane("notifications", outbox.USER_AGENT)
 
 
 def send_due(now: datetime | None = None, limit: int = 50, background: bool = False) -> int:
@@ -61,7 +60,7 @@ def send_due(now: datetime | None = None, limit: int = 50, background: bool = Fa
     so one that does not answer holds up nobody else; inline it returns the
     attempts made, in the background how many rows it handed to the lane.
     """
-    read_clock = webhooks.clock(now)
+    read_clock = outbox.clock(now)
 
     def read(claimed: list, n: int) -> list:
         rows = (
@@ -88,10 +87,10 @@ def send_one(
     read_clock: Callable[[], datetime],
     release: Callable[[], None] | None = None,
 ) -> str:
-    """Lease one row and make one attempt; an outcome from ``approvals.webhooks``."""
-    lease_until = webhooks.take_lease(Notification, pk, read_clock())
+    """Lease one row and make one attempt; an outcome from ``approvals.outbox``."""
+    lease_until = outbox.take_lease(Notification, pk, read_clock())
     if lease_until is None:
-        return webhooks.BUSY
+        return outbox.BUSY
     note = Notification.objects.select_related("action__agent", "group").get(pk=pk)
     try:
         check_still_relevant(note)
@@ -109,19 +108,19 @@ def send_one(
             last_error=f"skipped: {skip}", locked_until=None, gave_up_at=read_clock()
         )
         logger.info("notification %s skipped: %s", pk, skip)
-        return webhooks.FAILED
+        return outbox.FAILED
     except Exception as exc:  # a failed send is retried with backoff, whatever broke
-        error = str(exc) if isinstance(exc, SlackError) else webhooks.describe(exc)
-        gave_up = webhooks.record_failure(
+        error = str(exc) if isinstance(exc, SlackError) else outbox.describe(exc)
+        gave_up = outbox.record_failure(
             Notification, pk, lease_until, note.created_at, note.attempts, error, read_clock()
         )
         log = logger.error if gave_up else logger.warning
         log("notification %s (%s to %s) failed: %s", pk, note.channel, note.group, error)
         # No answer from the mail server or the hook: leave its other messages for next time.
         no_answer = isinstance(exc, OSError | httpx.TransportError)
-        return webhooks.UNREACHABLE if no_answer else webhooks.FAILED
-    webhooks.record_success(Notification, pk, read_clock())
-    return webhooks.SENT
+        return outbox.UNREACHABLE if no_answer else outbox.FAILED
+    outbox.record_success(Notification, pk, read_clock())
+    return outbox.SENT
 
 
 def check_still_relevant(note: Notification) -> None:
@@ -236,7 +235,7 @@ def send_email(note: Notification) -> None:
     if not to:
         raise Skip(f"nobody in {note.group} has an email address and there are no extra emails")
     # Django's SMTP backend waits forever by default; a sweep must not.
-    timeout = getattr(settings, "EMAIL_TIMEOUT", None) or webhooks.request_timeout_s()
+    timeout = settings.EMAIL_TIMEOUT or outbox.request_timeout_s()
     send_mail(
         email_subject(note),
         email_body(note),
@@ -296,14 +295,14 @@ def send_slack(client: httpx.Client, note: Notification) -> None:
     url = group_settings(note).slack_webhook_url
     if not url:
         raise Skip(f"{note.group} has no Slack webhook URL")
-    if not webhooks.is_http_url(url):
+    if not outbox.is_http_url(url):
         raise Skip(f"the Slack webhook URL of {note.group} is not an http(s) URL")
     try:
         with client.stream(
-            "POST", url, json=slack_message(note), timeout=webhooks.request_timeout_s()
+            "POST", url, json=slack_message(note), timeout=outbox.request_timeout_s()
         ) as response:
             if not 200 <= response.status_code < 300:
-                raise SlackError(f"HTTP {response.status_code}: {webhooks.start_of(response)}")
+                raise SlackError(f"HTTP {response.status_code}: {outbox.start_of(response)}")
     except outbound.Refused as exc:
         raise Skip(f"refused: {exc}; not sent") from None
 

@@ -47,8 +47,6 @@ UNIQUE_LOCAL = ipaddress.ip_network("fc00::/7")
 NAT64 = ipaddress.ip_network("64:ff9b::/96")
 IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
 
-SETTING = "IMPRI_CALLBACK_ALLOWED_NETWORKS"
-
 # The system resolver (nsswitch: /etc/hosts, then DNS). Tests give names
 # answers of their own here, like a hosts file, so no query leaves the machine.
 getaddrinfo = socket.getaddrinfo
@@ -66,7 +64,7 @@ class Unresolvable(Refused):
 
 
 def allowed_networks() -> tuple[Network, ...]:
-    return _parse(tuple(getattr(settings, SETTING, ()) or ()))
+    return _parse(tuple(settings.IMPRI_CALLBACK_ALLOWED_NETWORKS))
 
 
 @functools.lru_cache(maxsize=16)

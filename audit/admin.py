@@ -1,38 +1,22 @@
 from django.contrib import admin
 
+from impri.admin_site import ReadOnlyAdminMixin
+
 from .models import AuditEvent, VerificationRun
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):
+class AuditEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Read-only: the log is append-only."""
 
     list_display = ("seq", "at", "event", "actor_type", "actor_id", "actor_ref", "action_id")
     list_filter = ("event", "actor_type", "scheme")
     search_fields = ("action_id", "actor_id", "actor_ref")
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(VerificationRun)
-class VerificationRunAdmin(admin.ModelAdmin):
+class VerificationRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Read-only: what each verification of the chain found."""
 
     list_display = ("pk", "kind", "status", "ok", "checked", "first_broken_seq", "to_seq")
     list_filter = ("kind", "status", "ok")
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

@@ -241,11 +241,8 @@ def notifications_post_save(sender, instance, created, raw=False, **kwargs):
 
 
 def connect() -> None:
-    from approvals.models import Agent, GroupNotificationSettings
-
+    """Audit admin changes to users, groups and permissions (``audit.apps``)."""
     User = get_user_model()
-    pre_save.connect(agent_pre_save, sender=Agent, dispatch_uid="audit-agent-pre")
-    post_save.connect(agent_post_save, sender=Agent, dispatch_uid="audit-agent-post")
     pre_save.connect(user_pre_save, sender=User, dispatch_uid="audit-user-pre")
     post_save.connect(user_post_save, sender=User, dispatch_uid="audit-user-post")
     m2m_changed.connect(groups_changed, sender=User.groups.through, dispatch_uid="audit-groups")
@@ -255,9 +252,21 @@ def connect() -> None:
     m2m_changed.connect(
         group_permissions_changed, sender=Group.permissions.through, dispatch_uid="audit-gperms"
     )
+
+
+def connect_agents_and_notifications(agent_model, notification_settings_model) -> None:
+    """Audit admin changes to agents and to groups' notification settings.
+
+    Called by ``approvals.apps`` with its own models: the audit app never imports
+    the approvals app, which builds on it.
+    """
+    pre_save.connect(agent_pre_save, sender=agent_model, dispatch_uid="audit-agent-pre")
+    post_save.connect(agent_post_save, sender=agent_model, dispatch_uid="audit-agent-post")
     pre_save.connect(
-        notifications_pre_save, sender=GroupNotificationSettings, dispatch_uid="audit-notif-pre"
+        notifications_pre_save, sender=notification_settings_model, dispatch_uid="audit-notif-pre"
     )
     post_save.connect(
-        notifications_post_save, sender=GroupNotificationSettings, dispatch_uid="audit-notif-post"
+        notifications_post_save,
+        sender=notification_settings_model,
+        dispatch_uid="audit-notif-post",
     )

@@ -1,5 +1,7 @@
 from django.contrib import admin
 
+from impri.admin_site import ReadOnlyAdminMixin
+
 from .models import GatedCall, ToolPolicy, Upstream
 
 
@@ -26,13 +28,8 @@ class UpstreamAdmin(admin.ModelAdmin):
 
 
 @admin.register(GatedCall)
-class GatedCallAdmin(admin.ModelAdmin):
+class GatedCallAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("action", "gateway", "tool", "agent", "upstream_called_at", "delivered_at")
     list_filter = ("gateway",)
     readonly_fields = [f.name for f in GatedCall._meta.fields]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
+    allow_delete = True  # an operator may clear these by hand

@@ -22,6 +22,26 @@ from . import ops
 logger = logging.getLogger(__name__)
 
 
+class ReadOnlyAdminMixin:
+    """An admin (or inline) that shows records and never adds, changes or deletes them.
+
+    For records that are written by the services only (actions, audit events,
+    outbox rows, rule-set versions). ``allow_delete = True`` keeps deletion for
+    records an operator may clear by hand (budget windows, gated calls).
+    """
+
+    allow_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return self.allow_delete and super().has_delete_permission(request, obj)
+
+
 class ImpriAdminSite(admin.AdminSite):
     site_header = "Impri administration"
     site_title = "Impri administration"

@@ -1,4 +1,17 @@
+from django.apps import AppConfig
 from django.contrib.admin.apps import AdminConfig
+
+
+class ImpriConfig(AppConfig):
+    """The project's own app: the commands that run Impri as a whole (``impri/management``).
+
+    ``serve``, ``worker``, ``beat``, ``mcp``, ``waitdb`` and ``backup`` start or look after
+    the whole deployment, not one app's models, so they live here rather than in ``approvals``.
+    It has no models.
+    """
+
+    name = "impri"
+    verbose_name = "Impri"
 
 
 class ImpriAdminConfig(AdminConfig):

@@ -68,6 +68,7 @@ from approvals import events  # noqa: E402
 from gateway.asgi import GATEWAY_PREFIX, gateway_app  # noqa: E402
 from impri.logs import AccessLog  # noqa: E402
 from impri.mcp_asgi import MCP_PATH, mcp_app  # noqa: E402
+from impri.middleware import too_large  # noqa: E402
 from impri.security import ExactOriginValidator  # noqa: E402
 from inbox.routing import websocket_urlpatterns  # noqa: E402
 
@@ -80,16 +81,22 @@ class BodyLimit:
     the server buffer an unbounded upload.
     """
 
-    def __init__(self, app, limit: int):
+    def __init__(self, app, limit: int | None = None):
         self.app = app
-        self.limit = limit
+        self._limit = limit
+
+    @property
+    def limit(self) -> int:
+        """``IMPRI_MAX_BODY_BYTES`` (the one body limit), unless a fixed one was given."""
+        return settings.IMPRI_MAX_BODY_BYTES if self._limit is None else self._limit
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        limit = self.limit
         for name, value in scope.get("headers", []):
-            if name == b"content-length" and value.isdigit() and int(value) > self.limit:
-                return await self._refuse(send)
+            if name == b"content-length" and value.isdigit() and int(value) > limit:
+                return await self._refuse(send, limit)
         received = 0
         started = False
 
@@ -98,7 +105,7 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.limit:
+                if received > limit:
                     raise _TooLarge
             return message
 
@@ -112,14 +119,10 @@ class BodyLimit:
             await self.app(scope, counting_receive, tracking_send)
         except _TooLarge:
             if not started:
-                await self._refuse(send)
+                await self._refuse(send, limit)
 
-    async def _refuse(self, send):
-        body = json.dumps(
-            {
-                "detail": f"request body is larger than the limit of {self.limit} bytes (IMPRI_MAX_BODY_BYTES)"
-            }
-        ).encode()
+    async def _refuse(self, send, limit: int):
+        body = json.dumps(too_large(limit)).encode()
         await send(
             {
                 "type": "http.response.start",
@@ -150,7 +153,7 @@ async def http_router(scope, receive, send):
 
 application = ProtocolTypeRouter(
     {
-        "http": AccessLog(BodyLimit(http_router, settings.IMPRI_MAX_BODY_BYTES)),
+        "http": AccessLog(BodyLimit(http_router)),
         "websocket": ExactOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
         # daphne sends no lifespan; a server that does (uvicorn) starts MCP with it.
         "lifespan": mcp_app,

@@ -12,9 +12,11 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from impri.settings_env import env
+
 # Long-running commands whose database pool is sized by role (impri/settings.py).
 ROLES = ("serve", "worker", "beat", "mcp")
-IMPRI_APPS = ("approvals", "rules", "audit", "inbox")
+IMPRI_APPS = ("impri", "approvals", "rules", "audit", "inbox")
 HELP_ARGS = ([], ["help"], ["--help"], ["-h"])
 
 
@@ -60,11 +62,6 @@ def _load_settings() -> None:
         _fail(str(exc))
 
 
-def _env(name: str) -> str:
-    file_path = os.environ.get(f"{name}_FILE")
-    return Path(file_path).read_text().strip() if file_path else os.environ.get(name, "")
-
-
 def _refuse_a_fresh_database() -> None:
     """``impri mcp`` is started by an agent host from any directory: never invent a database there.
 
@@ -72,12 +69,12 @@ def _refuse_a_fresh_database() -> None:
     SQLite would create an empty database, so this runs first, on the same
     default as ``impri/settings.py`` (``IMPRI_DATA_DIR``, else ``./impri-data``).
     """
-    if _env("DATABASE_URL"):
+    if env("DATABASE_URL"):
         return
-    data_dir = Path(_env("IMPRI_DATA_DIR") or Path.cwd() / "impri-data").resolve()
+    data_dir = Path(env("IMPRI_DATA_DIR") or Path.cwd() / "impri-data").resolve()
     database = data_dir / "impri.sqlite3"
     if not database.exists():
-        hint = "" if _env("IMPRI_DATA_DIR") else " (IMPRI_DATA_DIR is not set)"
+        hint = "" if env("IMPRI_DATA_DIR") else " (IMPRI_DATA_DIR is not set)"
         _fail(
             f"no Impri database at {database}{hint}. Set IMPRI_DATA_DIR to the data directory "
             "`impri serve` uses (it prints it on start), or DATABASE_URL; to start a new "

@@ -7,13 +7,21 @@ from django.middleware.security import SecurityMiddleware
 from whitenoise.middleware import WhiteNoiseMiddleware
 
 
+def too_large(limit: int) -> dict:
+    """The 413 answer's body, the same on every path (REST, MCP, the inbox, the gateway).
+
+    One limit, ``IMPRI_MAX_BODY_BYTES``, is enforced twice on purpose: here on a
+    declared Content-Length (the Django stacks), and by ``impri.asgi.BodyLimit``
+    on every HTTP request, counting a chunked body as it streams.
+    ``DATA_UPLOAD_MAX_MEMORY_SIZE`` is the same figure.
+    """
+    return {
+        "detail": f"request body is larger than the limit of {limit} bytes (IMPRI_MAX_BODY_BYTES)"
+    }
+
+
 def too_large_response(limit: int) -> JsonResponse:
-    return JsonResponse(
-        {
-            "detail": f"request body is larger than the limit of {limit} bytes (IMPRI_MAX_BODY_BYTES)"
-        },
-        status=413,
-    )
+    return JsonResponse(too_large(limit), status=413)
 
 
 class DualModeMiddleware:

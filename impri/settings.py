@@ -8,7 +8,6 @@ listed in ``.env.example``.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import secrets
 from datetime import timedelta
@@ -20,47 +19,9 @@ from django.core.exceptions import ImproperlyConfigured
 
 from impri import packages
 from impri.logs import logging_config
+from impri.settings_env import env, envbool, envcidrs, envfloat, envint, envnetworks
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-
-
-def env(name: str, default: str = "") -> str:
-    """Read a variable; ``NAME_FILE`` (a Docker secret) wins over ``NAME``."""
-    file_path = os.environ.get(f"{name}_FILE")
-    if file_path:
-        return Path(file_path).read_text().strip()
-    return os.environ.get(name, default)
-
-
-def envbool(name: str, default: str) -> bool:
-    value = env(name, default).strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off", ""):
-        return False
-    raise ImproperlyConfigured(f"{name} must be true or false, not {value!r}")
-
-
-def envint(name: str, default: str, minimum: int = 0) -> int:
-    value = env(name, default) or default  # set but empty: the default
-    try:
-        number = int(value)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name} must be an integer, not {value!r}") from None
-    if number < minimum:
-        raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {number}")
-    return number
-
-
-def envfloat(name: str, default: str, minimum: float = 0.0) -> float:
-    value = env(name, default) or default  # set but empty: the default
-    try:
-        number = float(value)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name} must be a number, not {value!r}") from None
-    if number < minimum:
-        raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {number}")
-    return number
 
 
 # Before any app loads: `rules`, `audit`, ... are Impri's, not a namesake's (impri/packages.py).
@@ -148,6 +109,7 @@ INSTALLED_APPS = [
     # Only for its static files: /api/v1/docs loads Swagger UI from this server, not a CDN.
     "ninja",
     "axes",
+    "impri.apps.ImpriConfig",  # the project-wide commands: serve, worker, beat, mcp, waitdb, backup
     "approvals",
     "rules",
     "audit",
@@ -176,7 +138,6 @@ MIDDLEWARE = [
 # The API's own stack (impri.asgi.ApiASGIHandler): bearer keys, no cookies, all async.
 IMPRI_API_MIDDLEWARE = [
     "impri.middleware.BodySizeLimitMiddleware",
-    "impri.middleware.RefuseNulMiddleware",
     "impri.middleware.RefuseNulMiddleware",
     "impri.middleware.ApiSecurityMiddleware",
 ]
@@ -319,15 +280,8 @@ SECURE_HSTS_SECONDS = 31_536_000 if IMPRI_HTTPS else 0
 SECURE_REFERRER_POLICY = "same-origin"
 
 
-def _networks(name: str) -> list:
-    try:
-        return [ipaddress.ip_network(p.strip()) for p in env(name).split(",") if p.strip()]
-    except ValueError as exc:
-        raise ImproperlyConfigured(f"{name} must be comma-separated CIDRs ({exc})") from None
-
-
 # Proxies whose X-Forwarded-For is believed (impri.security.client_address); default none.
-IMPRI_TRUSTED_PROXIES = _networks("IMPRI_TRUSTED_PROXIES")
+IMPRI_TRUSTED_PROXIES = envnetworks("IMPRI_TRUSTED_PROXIES")
 
 # Password guessing: django-axes locks a username *from one address* after this
 # many failures, for this long (a lockout by username alone would let anyone
@@ -393,6 +347,9 @@ IMPRI_GRANT_TTL_S = envint("IMPRI_GRANT_TTL_S", "3600", minimum=1)
 IMPRI_MCP_AWAIT_CAP_S = envfloat("IMPRI_MCP_AWAIT_CAP_S", "50", minimum=1)
 IMPRI_MCP_PROGRESS_EVERY_S = envfloat("IMPRI_MCP_PROGRESS_EVERY_S", "12", minimum=0.1)
 
+# What a rules backtest replays: past actions as the rules saw them (rules never import approvals).
+IMPRI_BACKTEST_HISTORY = "approvals.history.past_action_views"
+
 # Bearer token Prometheus scrapes /metrics with; unset: no metrics endpoint (404).
 IMPRI_METRICS_TOKEN = env("IMPRI_METRICS_TOKEN")
 
@@ -432,23 +389,9 @@ IMPRI_DELIVERY_CONCURRENCY = envint("IMPRI_DELIVERY_CONCURRENCY", "8", minimum=1
 IMPRI_DELIVERY_PER_DESTINATION = envint("IMPRI_DELIVERY_PER_DESTINATION", "2", minimum=1)
 
 
-def _networks(name: str) -> list[str]:
-    import ipaddress
-
-    found = []
-    for cidr in (c.strip() for c in env(name).split(",")):
-        if not cidr:
-            continue
-        try:
-            found.append(str(ipaddress.ip_network(cidr, strict=False)))
-        except ValueError:
-            raise ImproperlyConfigured(f"{name}: {cidr!r} is not an IP network (CIDR)") from None
-    return found
-
-
 # Internal networks agent callbacks and admin-entered webhook URLs may reach (comma-separated
 # CIDRs); every other loopback, private, link-local, CGNAT or unique-local address is refused.
-IMPRI_CALLBACK_ALLOWED_NETWORKS = _networks("IMPRI_CALLBACK_ALLOWED_NETWORKS")
+IMPRI_CALLBACK_ALLOWED_NETWORKS = envcidrs("IMPRI_CALLBACK_ALLOWED_NETWORKS")
 # Delivered (or given-up) webhooks with their attempts, notifications and budget
 # windows older than this many days are pruned every hour; 0 keeps them. Never the audit log.
 IMPRI_RETENTION_DAYS = envint("IMPRI_RETENTION_DAYS", "90", minimum=0)

@@ -14,8 +14,10 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 
+from impri.admin_site import ReadOnlyAdminMixin
+
 from . import engine, services
-from .backtest import backtest, dry_run, parse_since
+from .backtest import AMOUNT_PATH, backtest, dry_run, parse_since, past_actions
 from .models import BudgetCounter, Rule, RuleSet, RuleSetVersion
 
 
@@ -133,7 +135,7 @@ class RuleAdmin(admin.ModelAdmin):
                 output = dry_run(rules, form.cleaned_data["action_json"])
             else:
                 since = form.cleaned_data["since_at"]
-                output = backtest(rules, since).as_text("payload.amount_cents")
+                output = backtest(rules, past_actions(since), since).as_text(AMOUNT_PATH)
         context = {
             **self.admin_site.each_context(request),
             "title": "Dry run and backtest",
@@ -238,8 +240,8 @@ def preview(rules: list[engine.Rule]) -> dict:
             )
         ),
         "unchanged": old_text == new_text,
-        "backtest_before": backtest(current, since).as_text("payload.amount_cents"),
-        "backtest_after": backtest(rules, since).as_text("payload.amount_cents"),
+        "backtest_before": backtest(current, past_actions(since), since).as_text(AMOUNT_PATH),
+        "backtest_after": backtest(rules, past_actions(since), since).as_text(AMOUNT_PATH),
         "count": len(rules),
     }
 
@@ -302,43 +304,20 @@ class DryRunForm(forms.Form):
 
 
 @admin.register(RuleSet)
-class RuleSetAdmin(admin.ModelAdmin):
+class RuleSetAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("__str__", "version")
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(RuleSetVersion)
-class RuleSetVersionAdmin(admin.ModelAdmin):
+class RuleSetVersionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Every version of the rule set, read-only: its YAML and the diff from the one before."""
 
     list_display = ("version", "change", "changed_by", "created_at")
     readonly_fields = ("version", "change", "changed_by", "created_at", "yaml", "diff")
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(BudgetCounter)
-class BudgetCounterAdmin(admin.ModelAdmin):
+class BudgetCounterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("rule", "scope", "window_start", "total")
     list_filter = ("rule",)
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
+    allow_delete = True  # an operator may clear these by hand

@@ -1,31 +1,37 @@
-"""Dry runs: what a candidate rule set would do to one action, or to past actions."""
+"""Dry runs: what a candidate rule set would do to one action, or to past actions.
+
+The past actions are the caller's to give (``backtest(rules, history)``): rules
+never import the approvals app, which depends on them. ``past_actions`` reads
+them through the function ``settings.IMPRI_BACKTEST_HISTORY`` names
+(``approvals.history.past_action_views``).
+"""
 
 from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from django.conf import settings
 from django.utils import timezone
-
-from approvals.models import Action
+from django.utils.module_loading import import_string
 
 from . import engine
 from .services import budget_amount, budget_scope, window_start
 
+# One past action as the rules saw it when it was pushed: when, and the view
+# ``engine.evaluate`` takes (kind, agent, agent_id, payload, flags, context).
+PastAction = tuple[datetime, dict]
+# What "auto-approved amount" adds up, unless the caller names another path.
+AMOUNT_PATH = "payload.amount_cents"
 
-def action_view(action: Action) -> dict:
-    """The action as the rules saw it when it was pushed (its original payload)."""
-    return {
-        "kind": action.kind,
-        "agent": action.agent.name,
-        "agent_id": action.agent_id,
-        "payload": action.original_payload,
-        "flags": action.flags,
-        "context": action.context,
-    }
+
+def past_actions(since: datetime | None) -> Iterable[PastAction]:
+    """The actions pushed since ``since`` (all: None), oldest first, for ``backtest``."""
+    return import_string(settings.IMPRI_BACKTEST_HISTORY)(since)
 
 
 @dataclass
@@ -69,23 +75,23 @@ def _plain(value: Decimal) -> str:
 
 def backtest(
     rules: list[engine.Rule],
+    history: Iterable[PastAction],
     since: datetime | None = None,
-    amount_path: str = "payload.amount_cents",
+    amount_path: str = AMOUNT_PATH,
 ) -> BacktestReport:
-    """Replay past actions, oldest first, through ``rules``; budgets are simulated in memory."""
+    """Replay ``history`` (oldest first) through ``rules``; budgets are simulated in memory.
+
+    ``since`` only labels the report: ``history`` is what is replayed.
+    """
     report = BacktestReport(since=since)
     spent: dict[tuple, Decimal] = {}
-    actions = Action.objects.select_related("agent").order_by("created_at", "pk")
-    if since:
-        actions = actions.filter(created_at__gte=since)
-    for action in actions.iterator(chunk_size=2000):
-        view = action_view(action)
+    for pushed_at, view in history:
         verdict = engine.evaluate(rules, view)
         outcome = verdict.outcome
         if (
             outcome == "auto_approve"
             and verdict.budget
-            and not _fits(verdict, view, action.created_at, spent)
+            and not _fits(verdict, view, pushed_at, spent)
         ):
             outcome = "review"
             report.sent_to_review_by_budget += 1

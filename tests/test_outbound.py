@@ -22,7 +22,7 @@ import trustme
 from django.contrib.auth.models import Group
 from django.db import connection
 
-from approvals import lanes, notify, outbound, webhooks
+from approvals import lanes, notify, outbound, outbox, webhooks
 from approvals.models import Action, GroupNotificationSettings, Notification, WebhookDelivery
 from tests.factories import make_action, refund_body
 from tests.live import free_port
@@ -407,7 +407,7 @@ def test_a_receivers_answer_is_kept_short_and_shown_as_text(
     assert webhooks.deliver_due() == 1
     delivery.refresh_from_db()
     assert delivery.last_error.startswith("HTTP 500: <script>alert(1)</script> secret")
-    assert len(delivery.last_error) <= 10 + webhooks.ERROR_BODY_CHARS
+    assert len(delivery.last_error) <= 10 + outbox.ERROR_BODY_CHARS
     assert "\n" not in delivery.last_error
 
     html = admin_client.get(f"/admin/approvals/webhookdelivery/{delivery.pk}/change/")

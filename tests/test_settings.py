@@ -103,7 +103,7 @@ def test_the_console_script_wraps_manage_py():
 def test_serve_makes_full_garbage_collections_rarer(settings):
     import gc
 
-    from approvals.management.commands import serve
+    from impri.management.commands import serve
 
     settings.IMPRI_GC_FULL_EVERY = 1234
     before = gc.get_threshold()

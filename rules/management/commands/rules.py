@@ -6,7 +6,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from rules import engine, services
-from rules.backtest import backtest, dry_run, parse_since
+from rules.backtest import backtest, dry_run, parse_since, past_actions
 
 
 class Command(BaseCommand):
@@ -69,9 +69,9 @@ class Command(BaseCommand):
                 since = parse_since(options["since"])
             except ValueError as exc:
                 raise CommandError(f"--since: {exc}") from None
-            self.stdout.write(
-                backtest(rules, since, options["amount_path"]).as_text(options["amount_path"])
-            )
+            path = options["amount_path"]
+            report = backtest(rules, past_actions(since), since, path)
+            self.stdout.write(report.as_text(path))
 
     def _show(self, version: int | None, diff: bool):
         if version is None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from approvals.management.commands.worker import start_background_process
+from impri.management.commands.worker import start_background_process
 
 
 class Command(BaseCommand):

@@ -1,0 +1,33 @@
+"""Past actions as the rules saw them when they were pushed: what a backtest replays.
+
+``rules.backtest`` reads them through ``settings.IMPRI_BACKTEST_HISTORY`` (rules
+never import this app; this app depends on rules).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+
+from .models import Action
+
+
+def rule_view(action: Action) -> dict:
+    """The action as the rules saw it when it was pushed (its original payload)."""
+    return {
+        "kind": action.kind,
+        "agent": action.agent.name,
+        "agent_id": action.agent_id,
+        "payload": action.original_payload,
+        "flags": action.flags,
+        "context": action.context,
+    }
+
+
+def past_action_views(since: datetime | None) -> Iterator[tuple[datetime, dict]]:
+    """Every action pushed since ``since`` (all: None), oldest first: (pushed at, view)."""
+    actions = Action.objects.select_related("agent").order_by("created_at", "pk")
+    if since:
+        actions = actions.filter(created_at__gte=since)
+    for action in actions.iterator(chunk_size=2000):
+        yield action.created_at, rule_view(action)

@@ -1,0 +1,71 @@
+"""Reading environment variables for ``impri/settings.py``: one variable, one typed value.
+
+Every reader takes the variable's name (so an error names it) and its default as
+text, the way it would be written in ``.env.example``. A bad value is an
+``ImproperlyConfigured`` naming the variable, never a silent default.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+
+def env(name: str, default: str = "") -> str:
+    """Read a variable; ``NAME_FILE`` (a Docker secret) wins over ``NAME``."""
+    file_path = os.environ.get(f"{name}_FILE")
+    if file_path:
+        return Path(file_path).read_text().strip()
+    return os.environ.get(name, default)
+
+
+def envbool(name: str, default: str) -> bool:
+    value = env(name, default).strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise ImproperlyConfigured(f"{name} must be true or false, not {value!r}")
+
+
+def envint(name: str, default: str, minimum: int = 0) -> int:
+    return _number(name, default, minimum, int, "an integer")
+
+
+def envfloat(name: str, default: str, minimum: float = 0.0) -> float:
+    return _number(name, default, minimum, float, "a number")
+
+
+def _number(name: str, default: str, minimum, parse, what: str):
+    value = env(name, default) or default  # set but empty: the default
+    try:
+        number = parse(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be {what}, not {value!r}") from None
+    if number < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {number}")
+    return number
+
+
+def envnetworks(name: str) -> list:
+    """Comma-separated CIDRs as networks (host bits must be zero)."""
+    try:
+        return [ipaddress.ip_network(p.strip()) for p in env(name).split(",") if p.strip()]
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be comma-separated CIDRs ({exc})") from None
+
+
+def envcidrs(name: str) -> list[str]:
+    """Comma-separated CIDRs as normalized text (host bits are dropped: 10.0.0.1/8 → 10.0.0.0/8)."""
+    found = []
+    for cidr in (c.strip() for c in env(name).split(",")):
+        if not cidr:
+            continue
+        try:
+            found.append(str(ipaddress.ip_network(cidr, strict=False)))
+        except ValueError:
+            raise ImproperlyConfigured(f"{name}: {cidr!r} is not an IP network (CIDR)") from None
+    return found
