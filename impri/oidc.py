@@ -138,6 +138,11 @@ class ImpriOIDCBackend(OIDCAuthenticationBackend):
             _refuse(request, f"the identity provider's answer was refused ({exc})")
         return None
 
+    def get_user(self, user_id):
+        # The library's returns deactivated users too: their sessions would outlive the switch.
+        user = super().get_user(user_id)
+        return user if user is not None and self.user_can_authenticate(user) else None
+
     def verify_token(self, token, **kwargs):
         """The library checks the signature, expiry and nonce; the issuer and audience too."""
         payload = super().verify_token(token, **kwargs)

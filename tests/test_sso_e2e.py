@@ -247,7 +247,14 @@ def test_sso_login_maps_groups_and_removal_at_the_provider_revokes_approval(sso)
     status = server.client(agent_key).get(f"/actions/{second}").json()["status"]
     assert status == "pending"
 
-    # 4. Every membership change is in the audit log, attributed to the provider.
+    # 4. Both sign-ins are audited as such, and every membership change is attributed to the
+    # provider.
+    logins = shell(
+        deployment,
+        "print(json.dumps([e.data.get('method') for e in "
+        "AuditEvent.objects.filter(event='reviewer.login').order_by('seq')]))",
+    )
+    assert json.loads(logins) == ["oidc", "oidc"]
     events = json.loads(
         shell(
             deployment,
