@@ -394,7 +394,6 @@ OIDC_TIMEOUT = IMPRI_OIDC_TIMEOUT_S
 OIDC_AUTHENTICATE_CLASS = "impri.oidc.SsoLoginView"
 OIDC_CALLBACK_CLASS = "impri.oidc.SsoCallbackView"
 OIDC_REDIRECT_REQUIRE_HTTPS = IMPRI_HTTPS
-LOGIN_REDIRECT_URL_FAILURE = LOGIN_URL
 
 # --- Static files -------------------------------------------------------------
 STATIC_URL = "/static/"

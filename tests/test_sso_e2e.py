@@ -113,10 +113,15 @@ def sso():
                     "email_verified": True,
                     "groups": ["reviewers", "no-such-impri-group"],
                     "amr": ["pwd", "otp"],
-                }
+                },
+                "boss": {"email": "boss@example.com", "email_verified": True, "groups": []},
             },
         )
-        shell(deployment, "[Group.objects.get_or_create(name=n) for n in ('reviewers', 'finance')]")
+        shell(
+            deployment,
+            "[Group.objects.get_or_create(name=n) for n in ('reviewers', 'finance')]; "
+            "User.objects.create_superuser('admin', 'boss@example.com', None)",
+        )
         agent_key = deployment.last_word("createagent", "support-bot")
         yield deployment, server, provider, agent_key
     finally:
@@ -157,7 +162,7 @@ def inputs(html: str) -> dict[str, str]:
     return parser.values
 
 
-def sign_in(server, provider: Provider, username: str) -> httpx.Client:
+def sign_in(server, provider: Provider, username: str, *, lands: str = "/inbox/") -> httpx.Client:
     """Impri's "Sign in with SSO", the provider's login form, and back: a logged-in browser."""
     browser = httpx.Client(follow_redirects=True, timeout=30)
     login = browser.get(server.url + "/accounts/login/")
@@ -174,7 +179,8 @@ def sign_in(server, provider: Provider, username: str) -> httpx.Client:
         },
     )
     assert landed.status_code == 200, landed.text
-    assert str(landed.url) == server.url + "/inbox/", landed.url
+    assert str(landed.url) == server.url + lands, landed.url
+    browser.landed = landed
     return browser
 
 
@@ -249,20 +255,17 @@ def test_sso_login_maps_groups_and_removal_at_the_provider_revokes_approval(sso)
 
     # 4. Both sign-ins are audited as such, and every membership change is attributed to the
     # provider.
-    logins = shell(
-        deployment,
-        "print(json.dumps([e.data.get('method') for e in "
-        "AuditEvent.objects.filter(event='reviewer.login').order_by('seq')]))",
-    )
-    assert json.loads(logins) == ["oidc", "oidc"]
     events = json.loads(
         shell(
             deployment,
             "print(json.dumps([[e.event, e.actor_id, e.data] for e in AuditEvent.objects"
-            ".filter(event__in=['user.groups_changed', 'user.sso_linked', 'user.created'])"
-            ".order_by('seq')]))",
+            ".filter(event__in=['user.groups_changed', 'user.sso_linked', 'user.created', "
+            "'reviewer.login']).order_by('seq')]))",
         )
     )
+    logins = [event for event in events if event[0] == "reviewer.login"]
+    assert [(actor, data["method"]) for _, actor, data in logins] == [("carol", "oidc")] * 2
+    events = [e for e in events if e[0] != "reviewer.login" and e[2]["user"] == "carol"]
     sub = events[1][2]["subject"]
     assert events == [
         ["user.created", "oidc", {**events[0][2], "user": "carol", "source": "oidc"}],
@@ -320,3 +323,15 @@ def approve_in_inbox_refused(server, browser: httpx.Client, action_id: str) -> b
         data={"csrfmiddlewaretoken": csrf, "approve-verdict": "approve"},
     )
     return page.status_code == 404 and answer.status_code == 404
+
+
+def test_an_administrators_account_is_not_taken_over_by_a_matching_email(sso):
+    deployment, server, provider, _ = sso
+    browser = sign_in(server, provider, "boss", lands="/accounts/login/")
+    assert "Single sign-on failed: the Impri account with this e-mail is an administrator" in (
+        browser.landed.text
+    )
+    assert "sessionid" not in browser.cookies or "_auth_user_id" not in shell(
+        deployment,
+        f"print(Session.objects.get(session_key={browser.cookies['sessionid']!r}).get_decoded())",
+    )
