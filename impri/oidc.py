@@ -98,9 +98,9 @@ def _discover() -> dict:
     return found
 
 
-def _refuse(request, reason: str) -> None:
-    """Remember why a sign-in failed, for the login page (the callback's failure path)."""
-    logger.warning("single sign-on refused: %s", reason)
+def _refuse(request, reason: str, detail: object = "") -> None:
+    """Remember why a sign-in failed, for the login page; the detail goes to the log only."""
+    logger.warning("single sign-on refused: %s%s", reason, f" ({detail})" if detail else "")
     if request is not None:
         request.impri_sso_refused = reason
 
@@ -133,9 +133,12 @@ class ImpriOIDCBackend(OIDCAuthenticationBackend):
         try:
             return super().authenticate(request, **kwargs)
         except ProviderUnreachable as exc:
-            _refuse(request, f"the identity provider cannot be reached ({exc})")
+            _refuse(request, "the identity provider cannot be reached", exc)
         except (requests.RequestException, SuspiciousOperation, jwt.PyJWTError) as exc:
-            _refuse(request, f"the identity provider's answer was refused ({exc})")
+            _refuse(request, "the identity provider's answer was refused", exc)
+        except (KeyError, TypeError, ValueError) as exc:
+            # A malformed answer (a JWKS without kids, a token without an alg...): not a 500.
+            _refuse(request, "the identity provider's answer is malformed", repr(exc))
         return None
 
     def get_user(self, user_id):

@@ -5,8 +5,14 @@ The sign-in itself, through a real provider, is tests/test_sso_e2e.py.
 
 from __future__ import annotations
 
+import time
+
+import jwt
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 from django.contrib.auth.models import Group, User
+from django.core.exceptions import SuspiciousOperation
 from django.test import Client
 
 from approvals import sso
@@ -206,6 +212,58 @@ def test_a_change_in_admin_is_still_attributed_to_the_person(rita):
     rita.user.groups.add(Group.objects.create(name="finance"))
     event = AuditEvent.objects.filter(event="user.groups_changed").latest("seq")
     assert event.actor_id == "system" and "source" not in event.data
+
+
+# --- The ID token ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def signed(settings):
+    """An ID token signer, and a backend that trusts its key (as if read from the JWKS)."""
+    settings.IMPRI_OIDC_ISSUER = ISSUER
+    settings.OIDC_RP_CLIENT_ID = "impri"
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    backend = oidc.ImpriOIDCBackend()
+    backend.OIDC_RP_IDP_SIGN_KEY = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+
+    def sign(**overrides):
+        payload = {"iss": ISSUER, "aud": "impri", "sub": "0001", "nonce": "n"}
+        payload |= {"exp": int(time.time()) + 300, **overrides}
+        payload = {k: v for k, v in payload.items() if v is not None}
+        return jwt.encode(payload, key, algorithm="RS256")
+
+    return backend, sign
+
+
+def test_an_id_token_for_this_client_from_this_issuer_is_accepted(signed):
+    backend, sign = signed
+    assert backend.verify_token(sign(), nonce="n")["sub"] == "0001"
+    assert backend.verify_token(sign(aud=["impri", "x"], azp="impri"), nonce="n")
+
+
+@pytest.mark.parametrize(
+    "claims, refused",
+    [
+        ({"iss": "https://evil.example.com"}, "another provider"),
+        ({"aud": "someone-else"}, "another client"),
+        ({"aud": ["someone-else", "impri"], "azp": "someone-else"}, "authorized for another"),
+        ({"exp": None}, "no expiry"),
+        ({"nonce": "replayed"}, "Nonce"),
+    ],
+)
+def test_an_id_token_not_meant_for_impri_is_refused(signed, claims, refused):
+    backend, sign = signed
+    with pytest.raises(SuspiciousOperation, match=refused):
+        backend.verify_token(sign(**claims), nonce="n")
+
+
+def test_an_expired_id_token_is_refused(signed):
+
+    backend, sign = signed
+    with pytest.raises(jwt.ExpiredSignatureError):
+        backend.verify_token(sign(exp=1), nonce="n")
 
 
 # --- Configuration -----------------------------------------------------------------------
