@@ -17,7 +17,7 @@ from . import (
     admin_outbox,  # noqa: F401  (registers the outbox models)
     keys,
 )
-from .models import Action, Agent, ApiKey
+from .models import Action, Agent, ApiKey, SsoIdentity
 from .reveal import reveal
 
 
@@ -217,6 +217,18 @@ class ReviewerTokenInline(admin.TabularInline):
         return False
 
 
+class SsoIdentityInline(admin.TabularInline):
+    """Who this user is at the identity provider; add one to link an account by hand."""
+
+    model = SsoIdentity
+    fields = ("issuer", "subject", "created_at", "last_login_at")
+    readonly_fields = ("created_at", "last_login_at")
+    extra = 0
+
+    def has_change_permission(self, request, obj=None):
+        return False  # relink by deleting and adding: each is one audited event
+
+
 admin.site.unregister(User)
 
 
@@ -224,7 +236,7 @@ admin.site.unregister(User)
 class ReviewerAdmin(UserAdmin):
     """Django's user admin, plus reviewer tokens: issued here (shown once), listed, revoked under API keys."""
 
-    inlines = [ReviewerTokenInline]
+    inlines = [ReviewerTokenInline, SsoIdentityInline]
     actions = ["issue_reviewer_token"]
     readonly_fields = ("last_login", "date_joined")
 

@@ -9,6 +9,6 @@ class ApprovalsConfig(AppConfig):
         from audit import identity
 
         from . import site  # noqa: F401  (registers the IMPRI_BASE_URL system check)
-        from .models import Agent, GroupNotificationSettings
+        from .models import Agent, GroupNotificationSettings, SsoIdentity
 
-        identity.connect_agents_and_notifications(Agent, GroupNotificationSettings)
+        identity.connect_agents_and_notifications(Agent, GroupNotificationSettings, SsoIdentity)

@@ -18,7 +18,7 @@ from contextvars import ContextVar
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import transaction
-from django.db.models.signals import m2m_changed, post_save, pre_save
+from django.db.models.signals import m2m_changed, post_delete, post_save, pre_save
 
 from impri.middleware import DualModeMiddleware
 
@@ -26,6 +26,8 @@ from . import log
 from .models import ActorType
 
 _request: ContextVar = ContextVar("impri_audit_request", default=None)
+# A change made by a system on the person's behalf (``"oidc"``: the identity provider).
+_source: ContextVar = ContextVar("impri_audit_source", default=None)
 
 
 def agent_ref(agent) -> str:
@@ -72,7 +74,21 @@ def acting_as(user):
         _request.reset(token)
 
 
+@contextmanager
+def changes_from(source: str):
+    """Attribute the changes made in the block to ``source`` (e.g. ``"oidc"``), recorded in each
+    event's data, whoever's request is being served."""
+    token = _source.set(source)
+    try:
+        yield
+    finally:
+        _source.reset(token)
+
+
 def current_actor() -> dict:
+    source = _source.get()
+    if source:
+        return {"actor_type": ActorType.SYSTEM, "actor_id": source, "actor_ref": ""}
     request = _request.get()
     user = getattr(request, "user", None) if request is not None else None
     if user is not None and getattr(user, "is_authenticated", False):
@@ -85,6 +101,9 @@ def current_actor() -> dict:
 
 
 def _record(event: str, data: dict) -> None:
+    source = _source.get()
+    if source:
+        data = {**data, "source": source}
     with transaction.atomic():
         log.record(event, **current_actor(), data=data)
 
@@ -212,6 +231,36 @@ def group_permissions_changed(sender, instance, action, reverse, model, pk_set, 
     _record("group.permissions_changed", {"group": instance.name, change: names})
 
 
+def sso_identity_saved(sender, instance, created, raw=False, **kwargs):
+    if raw or not created:
+        return
+    user = instance.user
+    _record(
+        "user.sso_linked",
+        {
+            "user": user.get_username(),
+            "user_ref": user_ref(user),
+            "issuer": instance.issuer,
+            "subject": instance.subject,
+            # approvals.sso says how it linked the person; otherwise an admin did it by hand.
+            "how": getattr(instance, "_audit_how", "admin"),
+        },
+    )
+
+
+def sso_identity_deleted(sender, instance, **kwargs):
+    user = instance.user
+    _record(
+        "user.sso_unlinked",
+        {
+            "user": user.get_username(),
+            "user_ref": user_ref(user),
+            "issuer": instance.issuer,
+            "subject": instance.subject,
+        },
+    )
+
+
 # --- Notification settings ---------------------------------------------------------------
 
 NOTIFICATION_FIELDS = ("email_enabled", "extra_emails", "slack_webhook_url", "reminder_every_s")
@@ -254,14 +303,20 @@ def connect() -> None:
     )
 
 
-def connect_agents_and_notifications(agent_model, notification_settings_model) -> None:
-    """Audit admin changes to agents and to groups' notification settings.
+def connect_agents_and_notifications(
+    agent_model, notification_settings_model, sso_identity_model
+) -> None:
+    """Audit admin changes to agents, groups' notification settings and SSO links.
 
     Called by ``approvals.apps`` with its own models: the audit app never imports
     the approvals app, which builds on it.
     """
     pre_save.connect(agent_pre_save, sender=agent_model, dispatch_uid="audit-agent-pre")
     post_save.connect(agent_post_save, sender=agent_model, dispatch_uid="audit-agent-post")
+    post_save.connect(sso_identity_saved, sender=sso_identity_model, dispatch_uid="audit-sso-link")
+    post_delete.connect(
+        sso_identity_deleted, sender=sso_identity_model, dispatch_uid="audit-sso-unlink"
+    )
     pre_save.connect(
         notifications_pre_save, sender=notification_settings_model, dispatch_uid="audit-notif-pre"
     )

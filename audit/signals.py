@@ -31,13 +31,16 @@ def _client(request) -> dict:
 
 @receiver(user_logged_in)
 def record_login(sender, request, user, **kwargs):
+    data = _client(request)
+    if getattr(user, "backend", "") == "impri.oidc.ImpriOIDCBackend":
+        data["method"] = "oidc"  # single sign-on (docs/sso.md); a password login names none
     with transaction.atomic():
         log.record(
             "reviewer.login",
             actor_type=ActorType.REVIEWER,
             actor_id=user.get_username(),
             actor_ref=f"user:{user.pk}",
-            data=_client(request),
+            data=data,
         )
 
 

@@ -162,6 +162,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "impri.oidc.sso_context",
             ],
         },
     },
@@ -307,6 +308,46 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+
+# --- Single sign-on (OpenID Connect, docs/sso.md) ------------------------------------
+# Off unless IMPRI_OIDC_ISSUER and IMPRI_OIDC_CLIENT_ID are set. The endpoints come from the
+# issuer's /.well-known/openid-configuration (fetched once, at first use) unless given here.
+IMPRI_OIDC_ISSUER = env("IMPRI_OIDC_ISSUER").strip().rstrip("/")
+IMPRI_OIDC_CLIENT_ID = env("IMPRI_OIDC_CLIENT_ID").strip()
+IMPRI_OIDC_CLIENT_SECRET = env("IMPRI_OIDC_CLIENT_SECRET")
+IMPRI_OIDC_AUTHORIZATION_ENDPOINT = env("IMPRI_OIDC_AUTHORIZATION_ENDPOINT").strip()
+IMPRI_OIDC_TOKEN_ENDPOINT = env("IMPRI_OIDC_TOKEN_ENDPOINT").strip()
+IMPRI_OIDC_USERINFO_ENDPOINT = env("IMPRI_OIDC_USERINFO_ENDPOINT").strip()
+IMPRI_OIDC_JWKS_URI = env("IMPRI_OIDC_JWKS_URI").strip()
+IMPRI_OIDC_SCOPES = env("IMPRI_OIDC_SCOPES", "openid email profile").strip()
+# The claim listing the person's groups; each value names an Impri reviewer group. Unset: SSO
+# never changes group memberships (admins assign them).
+IMPRI_OIDC_GROUPS_CLAIM = env("IMPRI_OIDC_GROUPS_CLAIM").strip()
+# Password login only for staff and superusers (break-glass); everyone else signs in with SSO.
+IMPRI_OIDC_SSO_ONLY = envbool("IMPRI_OIDC_SSO_ONLY", "false")
+IMPRI_OIDC_TIMEOUT_S = envfloat("IMPRI_OIDC_TIMEOUT_S", "10", minimum=0.1)
+IMPRI_OIDC_ENABLED = bool(IMPRI_OIDC_ISSUER and IMPRI_OIDC_CLIENT_ID)
+if bool(IMPRI_OIDC_ISSUER) != bool(IMPRI_OIDC_CLIENT_ID):
+    raise ImproperlyConfigured("IMPRI_OIDC_ISSUER and IMPRI_OIDC_CLIENT_ID go together: set both")
+if IMPRI_OIDC_ENABLED and urlsplit(IMPRI_OIDC_ISSUER).scheme not in ("http", "https"):
+    raise ImproperlyConfigured("IMPRI_OIDC_ISSUER must be an http(s) URL")
+if IMPRI_OIDC_SSO_ONLY and not IMPRI_OIDC_ENABLED:
+    raise ImproperlyConfigured(
+        "IMPRI_OIDC_SSO_ONLY needs IMPRI_OIDC_ISSUER and IMPRI_OIDC_CLIENT_ID (else nobody but "
+        "staff could sign in)"
+    )
+if IMPRI_OIDC_ENABLED:
+    AUTHENTICATION_BACKENDS.append("impri.oidc.ImpriOIDCBackend")
+# mozilla-django-oidc reads these names; the endpoints are resolved by impri.oidc.
+OIDC_RP_CLIENT_ID = IMPRI_OIDC_CLIENT_ID
+OIDC_RP_CLIENT_SECRET = IMPRI_OIDC_CLIENT_SECRET
+OIDC_RP_SIGN_ALGO = "RS256"
+OIDC_RP_SCOPES = IMPRI_OIDC_SCOPES
+OIDC_USE_PKCE = True
+OIDC_TIMEOUT = IMPRI_OIDC_TIMEOUT_S
+OIDC_AUTHENTICATE_CLASS = "impri.oidc.SsoLoginView"
+OIDC_CALLBACK_CLASS = "impri.oidc.SsoCallbackView"
+OIDC_REDIRECT_REQUIRE_HTTPS = IMPRI_HTTPS
 
 # --- Static files -------------------------------------------------------------
 STATIC_URL = "/static/"

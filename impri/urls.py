@@ -5,6 +5,7 @@ from django.urls import include, path
 from approvals.api import api
 
 from . import health, metrics
+from .oidc import LoginForm
 
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
@@ -12,7 +13,11 @@ urlpatterns = [
     path(".well-known/jwks.json", health.jwks, name="jwks"),
     path("metrics", metrics.metrics_view, name="metrics"),
     path("api/v1/", api.urls),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path(
+        "accounts/login/", auth_views.LoginView.as_view(authentication_form=LoginForm), name="login"
+    ),
+    # Single sign-on (impri/oidc.py): authenticate/ and callback/; 404 unless configured.
+    path("accounts/oidc/", include("mozilla_django_oidc.urls")),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("", include("inbox.urls")),

@@ -136,6 +136,8 @@ def test_superuser_grant_through_admin_names_the_admin(ops, rita):
             "groups": [g.pk for g in rita.user.groups.all()],
             "impri_tokens-TOTAL_FORMS": "0",  # the reviewer-token inline's management form
             "impri_tokens-INITIAL_FORMS": "0",
+            "sso_identities-TOTAL_FORMS": "0",  # the SSO identities inline's
+            "sso_identities-INITIAL_FORMS": "0",
         },
     )
     assert response.status_code == 302, response.content.decode()[:3000]
