@@ -15,6 +15,7 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("integrations/slack/", include("slackapp.urls")),
     path("", include("inbox.urls")),
 ]
 
