@@ -7,6 +7,7 @@ them (``audit.identity``).
 
 from __future__ import annotations
 
+from django.contrib.auth.models import Group
 from django.db.models.signals import post_delete, post_save
 
 from audit.identity import _record
@@ -39,7 +40,9 @@ def channel_saved(sender, instance, created, raw=False, **kwargs):
 
 
 def channel_deleted(sender, instance, **kwargs):
-    _record("slack.channel_changed", {"group_ref": f"group:{instance.group_id}", "channel": None})
+    # A cascade from the group deletes this row first: the group's name can still be read.
+    name = Group.objects.filter(pk=instance.group_id).values_list("name", flat=True).first()
+    _record("slack.channel_changed", {"group": name, "channel": None})
 
 
 def connect() -> None:

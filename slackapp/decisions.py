@@ -171,6 +171,8 @@ def decide(
     except Forbidden as exc:
         return refused(action, f"{exc.message}.")
     if verdict == "approve" and decided.status == "pending":
-        left = decided.approvals_required - decided.reviews.filter(verdict="approve").count()
-        return Outcome(True, f"Your approval is recorded; {max(left, 1)} more needed.")
+        digest = services.payload_sha256(decided.payload)
+        have = decided.reviews.filter(verdict="approve", payload_sha256=digest).count()
+        left = max(decided.approvals_required - have, 1)
+        return Outcome(True, f"Your approval is recorded; {left} more needed.")
     return Outcome(True)

@@ -23,7 +23,7 @@ from audit.models import AuditEvent
 from slackapp import delivery
 from slackapp.models import SlackChannel, SlackMessage, SlackUserLink
 from tests.conftest import make_reviewer
-from tests.factories import make_action
+from tests.factories import install_rules, make_action
 from tests.slack_fake import FakeSlack, form, sign
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
@@ -377,3 +377,39 @@ def test_slack_failures_are_retried_and_permanent_ones_given_up(agent, team, sla
     assert delivery.send_due(now=timezone.now() + timedelta(hours=3)) == 1
     row.refresh_from_db()
     assert row.gave_up_at is not None and "channel_not_found" in row.last_error
+
+
+def test_four_eyes_from_slack_approve_the_payload_the_message_showed(agent, team, slack):
+    install_rules(
+        "rules:\n  - name: two reviewers\n    kind: payment.*\n    then: review\n"
+        "    group: reviewers\n    approvals_required: 2\n"
+    )
+    sam = make_reviewer("sam", "reviewers").user
+    slack.member("U0SAM", "sam@example.com")
+    sam.email = "sam@example.com"
+    sam.save()
+    action = make_action(agent.agent)
+    first = buttons(posted_message(slack))["block_id"]
+
+    # Rita edits and approves in the modal: one approval of two, for the new figure.
+    click(action, "edit")
+    [opened] = slack.to("views.open")
+    assert submit_edit(opened["view"], "5000").content == b""
+    assert "1 more needed" in ephemeral_text(slack)
+    action.refresh_from_db()
+    assert action.status == ActionStatus.PENDING and action.payload["amount_cents"] == 5000
+
+    # Sam clicks the message as first posted: it showed $84, so nothing is approved.
+    click(action, "approve", user="U0SAM", block_id=first)
+    assert "payload changed" in slack.to("chat.postEphemeral")[-1]["text"]
+    assert Action.objects.get(pk=action.pk).status == ActionStatus.PENDING
+
+    # The message was updated to the new figure; approving that one settles it.
+    assert delivery.send_due() == 1
+    [update] = slack.to("chat.update")
+    assert "$50.00 USD" in all_text(update) and "Approvals: rita" in all_text(update)
+    click(action, "approve", user="U0SAM", block_id=buttons(update)["block_id"])
+    action.refresh_from_db()
+    assert action.status == ActionStatus.APPROVED and action.payload["amount_cents"] == 5000
+    event = AuditEvent.objects.get(action_id=action.pk, event="action.approved")
+    assert event.data["approved_by"] == ["rita", "sam"] and event.data["via"] == "slack"
