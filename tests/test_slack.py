@@ -413,3 +413,29 @@ def test_four_eyes_from_slack_approve_the_payload_the_message_showed(agent, team
     assert action.status == ActionStatus.APPROVED and action.payload["amount_cents"] == 5000
     event = AuditEvent.objects.get(action_id=action.pk, event="action.approved")
     assert event.data["approved_by"] == ["rita", "sam"] and event.data["via"] == "slack"
+
+
+def test_an_escalation_posts_in_the_new_groups_channel_and_updates_the_old_message(
+    agent, team, slack
+):
+    leads = Group.objects.create(name="support-leads")
+    SlackChannel.objects.create(group=leads, channel="C0LEADS")
+    install_rules(
+        "rules:\n  - name: refunds\n    kind: payment.*\n    then: review\n    group: reviewers\n"
+        "    escalate_after_s: 60\n    escalate_to: support-leads\n"
+    )
+    action = make_action(agent.agent)
+    posted_message(slack)
+
+    assert services.escalate_due(now=timezone.now() + timedelta(minutes=2)) == 1
+    assert delivery.send_due() == 2
+
+    [first, second] = slack.to("chat.postMessage")
+    assert second["channel"] == "C0LEADS" and buttons(second)["elements"][0]["value"] == action.pk
+    [update] = slack.to("chat.update")
+    assert update["channel"] == CHANNEL
+    assert "*Escalated* to support-leads" in all_text(update)
+    assert all(b["type"] != "actions" for b in update["blocks"])
+    # Rita (reviewers) may no longer decide it from either message.
+    click(action, "approve")
+    assert "not a reviewer in the group" in ephemeral_text(slack)
