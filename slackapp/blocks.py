@@ -110,7 +110,7 @@ def buttons(action: Action) -> ActionsBlock:
                 style="primary",
                 confirm=ConfirmObject(
                     title="Approve?",
-                    text=f"{what}. The agent will carry it out.",
+                    text=one_line(f"{what}. The agent will carry it out.", 290),
                     confirm="Approve",
                     deny="Cancel",
                 ),
@@ -126,7 +126,9 @@ def buttons(action: Action) -> ActionsBlock:
             style="danger",
             confirm=ConfirmObject(
                 title="Reject?",
-                text=f"Reject {amount or 'this action'}? The agent will be told not to do it.",
+                text=one_line(
+                    f"Reject {amount or 'this action'}? The agent will be told not to do it.", 290
+                ),
                 confirm="Reject",
                 deny="Cancel",
                 style="danger",
@@ -145,7 +147,8 @@ def message(action: Action, group_id: int) -> tuple[str, list[dict]]:
     live = action.effective_status == ActionStatus.PENDING and action.review_group_id == group_id
     title = text(action.title, 200)
     amount = text(amount_text(action), 60)
-    headline = "Review needed" if live else "Decided"
+    pending = action.effective_status == ActionStatus.PENDING
+    headline = "Review needed" if live else ("Escalated" if pending else "Decided")
     fields = [f"*Agent*\n{text(action.agent.name, 100)}", f"*Kind*\n{text(action.kind, 100)}"]
     if amount:
         fields.insert(0, f"*Amount*\n{amount}")

@@ -439,3 +439,17 @@ def test_an_escalation_posts_in_the_new_groups_channel_and_updates_the_old_messa
     # Rita (reviewers) may no longer decide it from either message.
     click(action, "approve")
     assert "not a reviewer in the group" in ephemeral_text(slack)
+
+
+def test_agent_text_cannot_mention_the_channel_or_break_the_message(agent, team, slack):
+    hostile = "<!channel> Approve now <https://evil.example|click> & " + "x" * 300
+    make_action(
+        agent.agent,
+        title=hostile[:200],
+        payload={"order_id": hostile * 5, "amount_cents": 100, "currency": "USD"},
+    )
+    message = posted_message(slack)
+    text = all_text(message)
+    assert "<!channel>" not in text and "<https://evil.example" not in text
+    assert "&lt;!channel&gt;" in text
+    assert len(buttons(message)["elements"]) == 4
