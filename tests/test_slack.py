@@ -453,3 +453,36 @@ def test_agent_text_cannot_mention_the_channel_or_break_the_message(agent, team,
     assert "<!channel>" not in text and "<https://evil.example" not in text
     assert "&lt;!channel&gt;" in text
     assert len(buttons(message)["elements"]) == 4
+
+
+def test_messages_are_swept_by_the_ticker_and_by_celery_beat(settings):
+    from impri import ticker
+    from impri.celery import app
+
+    assert delivery.LANE.sweeper in ticker.delivery_sweeps()
+    app.loader.import_default_modules()
+    assert "slackapp.tasks.deliver_slack_messages" in app.tasks
+    tasks = {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
+    assert "slackapp.tasks.deliver_slack_messages" in tasks
+
+
+def test_channel_and_link_changes_are_audited(db, settings):
+    rita = make_reviewer("rita", "reviewers").user
+    channel = SlackChannel.objects.create(group=Group.objects.get(name="reviewers"), channel="C0A")
+    link = SlackUserLink.objects.create(slack_user_id="U0RITA", user=rita)
+    link.delete()
+    channel.delete()
+    events = list(
+        AuditEvent.objects.filter(event__startswith="slack.")
+        .order_by("seq")
+        .values_list("event", "data")
+    )
+    assert events == [
+        ("slack.channel_changed", {"group": "reviewers", "channel": "C0A"}),
+        (
+            "slack.user_linked",
+            {"slack_user_id": "U0RITA", "user": "rita", "user_ref": f"user:{rita.pk}"},
+        ),
+        ("slack.user_unlinked", {"slack_user_id": "U0RITA", "user_ref": f"user:{rita.pk}"}),
+        ("slack.channel_changed", {"group": "reviewers", "channel": None}),
+    ]
