@@ -84,6 +84,15 @@ def interactivity(request: HttpRequest) -> HttpResponse:
     return HttpResponse(status=200)
 
 
+def dig(value, *keys):
+    """``value[k1][k2]…``, or None as soon as a level is not an object (signed, yet not trusted)."""
+    for key in keys:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
+
+
 def _text(value, field: str) -> str:
     if not isinstance(value, str):
         raise BadPayload(field, "must be a string")
@@ -98,11 +107,11 @@ def block_action(payload: dict, client: WebClient) -> HttpResponse:
     if clicked.get("action_id") not in DECISIONS:
         return HttpResponse(status=200)  # "Open in Impri" and anything else: nothing to do
     action_id = _text(clicked.get("value"), "actions[0].value")
-    user_id = _text((payload.get("user") or {}).get("id"), "user.id")
-    channel = (payload.get("channel") or {}).get("id") or (payload.get("container") or {}).get(
-        "channel_id"
-    )
-    block_id = str(clicked.get("block_id") or "")
+    user_id = _text(dig(payload, "user", "id"), "user.id")
+    channel = dig(payload, "channel", "id") or dig(payload, "container", "channel_id")
+    channel = channel if isinstance(channel, str) else None
+    block_id = clicked.get("block_id")
+    block_id = block_id if isinstance(block_id, str) else ""
     seen = (
         block_id.removeprefix(blocks.DECIDE_BLOCK)
         if block_id.startswith(blocks.DECIDE_BLOCK)
@@ -148,19 +157,21 @@ def ephemeral(client: WebClient, channel, user_id: str, text: str) -> None:
 
 
 def view_submission(payload: dict, client: WebClient) -> HttpResponse:
-    view = payload.get("view") or {}
-    if view.get("callback_id") != blocks.EDIT_CALLBACK:
+    if dig(payload, "view", "callback_id") != blocks.EDIT_CALLBACK:
         return HttpResponse(status=200)
     try:
-        meta = json.loads(view.get("private_metadata") or "")
-        action_id, seen, channel = meta["a"], meta["s"], meta.get("c")
-    except (ValueError, KeyError, TypeError):
+        meta = json.loads(dig(payload, "view", "private_metadata") or "")
+        action_id, seen, channel = (meta.get(k) for k in ("a", "s", "c"))
+        if not all(isinstance(v, str) for v in (action_id, seen, channel)):
+            raise ValueError
+    except (ValueError, TypeError, AttributeError):
         raise BadPayload("view.private_metadata", "is not the edit form's") from None
-    user_id = _text((payload.get("user") or {}).get("id"), "user.id")
-    action = Action.objects.filter(pk=_text(action_id, "view.private_metadata.a")).first()
+    user_id = _text(dig(payload, "user", "id"), "user.id")
+    action = Action.objects.filter(pk=action_id).first()
     if action is None:
         return HttpResponse(status=200)
-    values = (view.get("state") or {}).get("values") or {}
+    values = dig(payload, "view", "state", "values")
+    values = values if isinstance(values, dict) else {}
     edits, errors = read_edits(action, values)
     if errors:
         return JsonResponse({"response_action": "errors", "errors": errors})
@@ -181,7 +192,7 @@ def view_submission(payload: dict, client: WebClient) -> HttpResponse:
 
 
 def _field(values: dict, block: str):
-    value = ((values.get(block) or {}).get("value") or {}).get("value")
+    value = dig(values, block, "value", "value")
     return value if isinstance(value, str) else None
 
 

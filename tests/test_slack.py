@@ -486,3 +486,66 @@ def test_channel_and_link_changes_are_audited(db, settings):
         ("slack.user_unlinked", {"slack_user_id": "U0RITA", "user_ref": f"user:{rita.pk}"}),
         ("slack.channel_changed", {"group": "reviewers", "channel": None}),
     ]
+
+
+@pytest.mark.parametrize(
+    ("payload", "status", "field"),
+    [
+        ({"type": "block_actions", "actions": "approve"}, 400, "actions"),
+        (
+            {
+                "type": "block_actions",
+                "user": "U0RITA",
+                "actions": [{"action_id": "approve", "value": "act_x"}],
+            },
+            400,
+            "user.id",
+        ),
+        (
+            {"type": "block_actions", "actions": [{"action_id": "reject", "value": 5}]},
+            400,
+            "actions[0].value",
+        ),
+        ({"type": "block_actions", "actions": [{"action_id": ["approve"]}]}, 200, None),
+        ({"type": "view_submission", "view": "edit"}, 200, None),
+        (
+            {
+                "type": "view_submission",
+                "view": {"callback_id": "impri_edit", "private_metadata": "[1]"},
+            },
+            400,
+            "view.private_metadata",
+        ),
+        (
+            {
+                "type": "view_submission",
+                "user": {"id": "U0RITA"},
+                "view": {
+                    "callback_id": "impri_edit",
+                    "private_metadata": json.dumps({"a": "act_gone", "s": "0" * 64, "c": CHANNEL}),
+                    "state": {"values": ["not", "an", "object"]},
+                },
+            },
+            200,
+            None,
+        ),
+        ([1, 2], 400, "payload"),
+        ({"type": "shortcut", "callback_id": "x"}, 200, None),
+    ],
+)
+def test_a_signed_but_malformed_payload_is_a_4xx_naming_the_field_never_a_500(
+    team, slack, payload, status, field
+):
+    answer = post(payload)
+    assert answer.status_code == status
+    if field:
+        assert answer.json()["detail"].startswith(field)
+    assert slack.to("chat.postEphemeral") == []
+
+
+def test_a_payload_that_is_not_json_is_refused(team, slack):
+    body = "payload=%7Bnot-json"
+    answer = Client().post(
+        URL, body, content_type="application/x-www-form-urlencoded", headers=sign(SECRET, body)
+    )
+    assert answer.status_code == 400 and answer.json()["detail"].startswith("payload")
