@@ -125,6 +125,9 @@ def test_the_message_shows_the_action_with_buttons_and_approve_decides_it(agent,
     assert event.actor_id == "rita"
     assert event.data["via"] == "slack" and event.data["slack_user_id"] == "U0RITA"
     assert slack.to("chat.postEphemeral") == []
+    page = Client()
+    page.force_login(team)
+    assert "from Slack" in page.get(f"/inbox/actions/{action.pk}").content.decode()
 
     # The message is updated in place: who decided what, and no buttons.
     assert delivery.send_due() == 1
