@@ -65,6 +65,9 @@ def reviewer_for(slack_user_id: str, client: WebClient):
             "slack: users.info for %s failed: %s", slack_user_id, exc.response.get("error")
         )
         return None
+    except Exception as exc:  # Slack unreachable or slow: nobody we can name
+        logger.warning("slack: users.info for %s failed: %s", slack_user_id, exc)
+        return None
     if (
         member.get("deleted")
         or member.get("is_bot")
@@ -126,6 +129,16 @@ def check(action: Action | None, user, verdict: str) -> Outcome | None:
     return None
 
 
+def too_late(action_id: str) -> Outcome:
+    current = Action.objects.select_related("decided_by_user", "agent").get(pk=action_id)
+    who = (current.decided_by or {}).get("name")
+    by = f" by {who}" if who else ""
+    return refused(
+        current,
+        f"Too late: this action is already {current.effective_status}{by}. Nothing was changed.",
+    )
+
+
 def decide(
     action_id: str,
     slack_user_id: str,
@@ -152,13 +165,8 @@ def decide(
                 note=note,
                 approves_sha256=seen_sha256 if verdict == "approve" else None,
             )
-    except ActionNotPending as exc:
-        current = Action.objects.get(pk=action.pk)
-        who = (current.decided_by or {}).get("name")
-        by = f" by {who}" if who else ""
-        return refused(
-            current, f"Too late: this action is already {exc.status}{by}. Nothing was changed."
-        )
+    except ActionNotPending:
+        return too_late(action.pk)
     except StalePayload:
         return refused(
             action,

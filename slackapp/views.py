@@ -134,11 +134,14 @@ def open_edit(payload: dict, client: WebClient, action_id: str, user_id: str, ch
     problem = decisions.check(action, user, "approve")
     if problem is not None:
         return problem
+    if action.is_settled:
+        return decisions.too_late(action.pk)
     trigger = _text(payload.get("trigger_id"), "trigger_id")
     try:
         client.views_open(trigger_id=trigger, view=blocks.edit_modal(action, channel or ""))
-    except SlackApiError as exc:
-        logger.warning("slack: views.open failed: %s", exc.response.get("error"))
+    except Exception as exc:  # Slack refused or is away: say so, decide nothing
+        error = exc.response.get("error") if isinstance(exc, SlackApiError) else exc
+        logger.warning("slack: views.open failed: %s", error)
         return decisions.refused(action, "Slack would not open the edit form.")
     return decisions.Outcome(False)
 

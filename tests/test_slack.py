@@ -552,3 +552,21 @@ def test_a_payload_that_is_not_json_is_refused(team, slack):
         URL, body, content_type="application/x-www-form-urlencoded", headers=sign(SECRET, body)
     )
     assert answer.status_code == 400 and answer.json()["detail"].startswith("payload")
+
+
+def test_slack_unreachable_during_a_click_decides_nothing_and_answers(agent, team, slack, settings):
+    from tests.live import free_port
+
+    action = make_action(agent.agent)
+    settings.IMPRI_SLACK_API_URL = f"http://127.0.0.1:{free_port()}/api/"  # nobody listens
+    assert click(action, "approve").status_code == 200
+    assert click(action, "edit").status_code == 200
+    assert Action.objects.get(pk=action.pk).status == ActionStatus.PENDING
+
+
+def test_edit_on_a_settled_action_says_too_late_and_opens_nothing(agent, team, slack):
+    action = make_action(agent.agent)
+    services.decide(action.pk, by=team, verdict="reject")
+    assert click(action, "edit").status_code == 200
+    assert slack.to("views.open") == []
+    assert "Too late: this action is already rejected by rita" in ephemeral_text(slack)
