@@ -1,20 +1,18 @@
-"""Approving from Slack against a running `impri serve`: the embedded ticker posts the
-message, a signed click over HTTP approves, and the ticker updates the message."""
+"""Approving from Slack against a running `impri serve`: the background (the embedded ticker,
+or a Celery worker and beat on the scaled leg) posts the message, a signed click over HTTP
+approves, and the background updates the message."""
 
 from __future__ import annotations
 
 import httpx
 import pytest
 
-from tests.conftest import SCALED
 from tests.factories import refund_body
 from tests.live import Deployment
 from tests.slack_fake import FakeSlack, form, sign
+from tests.test_worker_e2e import Background
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(SCALED, reason="the scaled leg delivers from a Celery worker instead"),
-]
+pytestmark = pytest.mark.e2e
 
 SECRET = "e2e-signing-secret"
 
@@ -41,8 +39,11 @@ def test_a_signed_click_on_a_posted_message_approves_and_the_message_updates(sla
         IMPRI_SLACK_SIGNING_SECRET=SECRET,
         IMPRI_SLACK_API_URL=slack.url,
     )
+    background = None
     try:
-        server = dep.start_server()
+        background = Background(dep)
+        background.start()
+        server = background.server
         agent_key = dep.last_word("createagent", "support-bot")
         dep.impri("createreviewer", "rita")
         dep.impri("shell", "-c", SETUP)
@@ -80,4 +81,6 @@ def test_a_signed_click_on_a_posted_message_approves_and_the_message_updates(sla
         assert all(b["type"] != "actions" for b in update["blocks"])
         assert "Approved* by rita" in str(update["blocks"])
     finally:
+        if background is not None:
+            background.close()
         dep.close()
