@@ -80,7 +80,7 @@ def who_decided(action: Action) -> str:
     }.get(by.get("type", ""), "")
 
 
-def outcome_line(action: Action, group_id: int) -> str:
+def outcome_line(action: Action) -> str:
     """The line that replaces the buttons once this message's group can no longer decide."""
     status = action.effective_status
     if status == ActionStatus.PENDING:
@@ -182,7 +182,7 @@ def message(action: Action, group_id: int) -> tuple[str, list[dict]]:
             )
         blocks.append(ContextBlock(elements=[MarkdownTextObject(text=note)]))
     else:
-        line = outcome_line(action, group_id)
+        line = outcome_line(action)
         blocks.append(SectionBlock(text=MarkdownTextObject(text=f"{line}\n<{link}|Open in Impri>")))
     state = "review needed" if live else action.effective_status
     fallback = " · ".join(p for p in (f"Impri: {state}", title, amount) if p)
