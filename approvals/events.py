@@ -15,6 +15,7 @@ import weakref
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
+from django.dispatch import Signal
 
 from . import faults
 
@@ -35,12 +36,18 @@ def inbox_group(review_group_id: int | None) -> str:
     return f"inbox.group.{review_group_id}" if review_group_id else "inbox.unrouted"
 
 
+# Sent by publish_on_commit inside the change's transaction (``action=``, ``event=``), so a
+# listener's outbox rows (the Slack app's messages, slackapp.delivery) commit with the change.
+action_changed = Signal()
+
+
 def publish_on_commit(action, event: str, *, also_review_group_ids=()) -> None:
     """After commit, tell the action's waiters and the inboxes that can see it.
 
     ``also_review_group_ids`` names groups that could see the action before this
     change (an escalation moves it), so their open queues drop it too.
     """
+    action_changed.send(sender=type(action), action=action, event=event)
     message = {
         "type": "action.update",
         "action_id": action.pk,

@@ -62,6 +62,7 @@ def record(
         raise RuntimeError(
             "audit.record() must run inside the transaction of the change it records"
         )
+    extra = {k: v for layer in getattr(_local, "context", ()) for k, v in layer.items()}
     entry = AuditEvent(
         scheme=CURRENT_SCHEME,
         actor_type=actor_type,
@@ -69,7 +70,7 @@ def record(
         actor_ref=actor_ref,
         action_id=action_id,
         event=event,
-        data=data or {},
+        data={**(data or {}), **extra},
     )
     buffers = getattr(_local, "buffers", None)
     if buffers:
@@ -77,6 +78,22 @@ def record(
     else:
         _append([entry])
     return entry
+
+
+@contextmanager
+def context(**data):
+    """Add ``data`` to every event recorded in the block, on this thread.
+
+    Where a change came from, when the service that records it does not know:
+    the Slack app decides through ``services.decide`` inside
+    ``context(via="slack", slack_user_id=…)``, so its review and settle events say so.
+    """
+    layers = _local.__dict__.setdefault("context", [])
+    layers.append(dict(data))
+    try:
+        yield
+    finally:
+        layers.pop()
 
 
 @contextmanager

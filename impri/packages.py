@@ -18,6 +18,7 @@ MARKERS = {
     "audit": "canonical.py",
     "inbox": "presenters.py",
     "gateway": "proxy.py",
+    "slackapp": "decisions.py",
 }
 NAMESAKES = {("rules", "predicates.py"): "django-rules", ("rules", "rulesets.py"): "django-rules"}
 

@@ -115,6 +115,7 @@ INSTALLED_APPS = [
     "audit",
     "inbox",
     "gateway",
+    "slackapp",
 ]
 
 MIDDLEWARE = [
@@ -459,12 +460,27 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": IMPRI_HOUSEKEEPING_EVERY_S,
     },
     "refresh-gateway-tools": {"task": "gateway.tasks.refresh_tools", "schedule": IMPRI_SLOW_TICK_S},
+    "deliver-slack-messages": {
+        "task": "slackapp.tasks.deliver_slack_messages",
+        "schedule": IMPRI_TICK_S,
+    },
 }
 if IMPRI_AUDIT_VERIFY_EVERY_S:
     CELERY_BEAT_SCHEDULE["verify-audit-chain"] = {
         "task": "approvals.tasks.verify_audit_chain",
         "schedule": IMPRI_AUDIT_VERIFY_EVERY_S,
     }
+
+# --- Slack app (docs/slack.md) ----------------------------------------------------
+# The bot token posts Block Kit messages with Approve / Edit / Reject buttons to each group's
+# channel (admin); unset: no app messages, and interactivity decides nothing.
+IMPRI_SLACK_BOT_TOKEN = env("IMPRI_SLACK_BOT_TOKEN")
+# Verifies POST /integrations/slack/interactivity; unset: every request there is refused (401).
+IMPRI_SLACK_SIGNING_SECRET = env("IMPRI_SLACK_SIGNING_SECRET")
+# Slack's Web API base URL (tests point it at a local receiver).
+IMPRI_SLACK_API_URL = env("IMPRI_SLACK_API_URL") or "https://slack.com/api/"
+# No approving (or editing) from Slack above this amount, in minor units; the inbox still can.
+IMPRI_SLACK_MAX_APPROVE_CENTS = envint("IMPRI_SLACK_MAX_APPROVE_CENTS", "50000", minimum=0)
 
 # --- Email (notifications) ------------------------------------------------------
 # Without EMAIL_HOST, mail is written to the log instead of being sent.

@@ -63,8 +63,9 @@ def delivery_sweeps():
     notifications apart, so neither a dead receiver nor the other lane delays a sweep.
     """
     from approvals import notify, webhooks
+    from slackapp import delivery as slack
 
-    return [webhooks.LANE.sweeper, notify.LANE.sweeper]
+    return [webhooks.LANE.sweeper, notify.LANE.sweeper, slack.LANE.sweeper]
 
 
 def run_sweeps(sweeps) -> dict[str, int]:

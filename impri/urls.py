@@ -20,6 +20,7 @@ urlpatterns = [
     path("accounts/oidc/", include("mozilla_django_oidc.urls")),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("integrations/slack/", include("slackapp.urls")),
     path("", include("inbox.urls")),
 ]
 

@@ -1,0 +1,15 @@
+from django.apps import AppConfig
+
+
+class SlackAppConfig(AppConfig):
+    name = "slackapp"
+    verbose_name = "Slack app"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from approvals.events import action_changed
+
+        from . import audit_links, delivery
+
+        action_changed.connect(delivery.on_action_changed, dispatch_uid="slackapp-messages")
+        audit_links.connect()
