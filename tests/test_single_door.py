@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-TREES = ("approvals", "audit", "rules", "inbox", "gateway", "impri", "clients", "examples")
-SKIPPED_DIRS = {"migrations", "tests", "build", "dist", "__pycache__", "node_modules"}
+from tests.source import ROOT, application_modules
+
 THE_DOOR = ROOT / "approvals" / "services"
 
 WRITES = {
@@ -136,17 +134,6 @@ def offences(source: str) -> list[tuple[int, str]]:
         ):
             found.append((node.lineno, "raw SQL writing approvals_action"))
     return sorted(set(found))
-
-
-def application_modules() -> list[Path]:
-    found = []
-    for tree in TREES:
-        for path in sorted((ROOT / tree).rglob("*.py")):
-            parts = path.relative_to(ROOT).parts[:-1]
-            if any(part in SKIPPED_DIRS or part.endswith(".egg-info") for part in parts):
-                continue
-            found.append(path)
-    return found
 
 
 def test_nothing_outside_the_services_package_writes_an_action():
