@@ -34,6 +34,7 @@ from .schemas import (
     ActionOut,
     ActionPage,
     CancelIn,
+    ChangesIn,
     DecisionIn,
     DecisionOut,
     ErrorOut,
@@ -295,7 +296,16 @@ def cancel_action(request, action_id: ActionId, data: CancelIn | None = None):
 
 class ListFilters(Schema):
     status: (
-        Literal["pending", "approved", "rejected", "expired", "cancelled", "executed", "failed"]
+        Literal[
+            "pending",
+            "approved",
+            "rejected",
+            "changes_requested",
+            "expired",
+            "cancelled",
+            "executed",
+            "failed",
+        ]
         | None
     ) = None
     kind: str | None = Field(None, json_schema_extra={"pattern": NO_NUL})
@@ -396,6 +406,21 @@ def reject(
         note=data.note,
         reason=data.reason or "",
         idempotency_key=_key(idempotency_key),
+    )
+    return action_out(action, _base(request))
+
+
+@router.post("/actions/{action_id}/request-changes", response={200: ActionOut, **ERRORS})
+@dbexec.view
+def request_changes(
+    request,
+    action_id: ActionId,
+    data: ChangesIn,
+    idempotency_key: str | None = IDEMPOTENCY_HEADER,
+):
+    """Settle the action as changes_requested: not approved, final, with your message to the agent."""
+    action = services.request_changes(
+        action_id, by=_reviewer(request), note=data.note, idempotency_key=_key(idempotency_key)
     )
     return action_out(action, _base(request))
 

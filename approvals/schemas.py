@@ -264,6 +264,14 @@ class ActionIn(StrictModel):
     expires_in_s: int | None = Field(
         default=None, ge=1, description="Seconds until the action expires undecided."
     )
+    supersedes: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=40,
+        pattern=r"^[A-Za-z0-9_]+$",
+        description="The id of an earlier action of yours that this one replaces (typically one "
+        "settled as `changes_requested`); it must not be pending or approved.",
+    )
 
     @field_validator("kind")
     @classmethod
@@ -417,6 +425,22 @@ class RejectIn(StrictModel):
         return check_text(value, "note")
 
 
+class ChangesIn(StrictModel):
+    note: str = Field(
+        min_length=1,
+        max_length=5000,
+        description="What the agent should change (required): it reads this message.",
+        json_schema_extra=NOTE_SCHEMA,
+    )
+
+    @field_validator("note")
+    @classmethod
+    def _note(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("note must say what should change")
+        return check_text(value, "note")
+
+
 class ResultIn(StrictModel):
     status: Literal["executed", "failed"]
     detail: (
@@ -491,7 +515,16 @@ class ActionOut(BaseModel):
     ]
     flags: list[str]
     idempotency_key: str | None
-    status: str
+    status: Annotated[
+        str,
+        Field(
+            description="pending, approved, rejected, changes_requested, expired, cancelled, "
+            "executed or failed."
+        ),
+    ]
+    supersedes: str | None = Field(
+        default=None, description="The earlier action of this agent that this one replaces."
+    )
     created_at: UnixSeconds
     expires_at: UnixSeconds
     decision_at: UnixSeconds | None
@@ -505,7 +538,14 @@ class ActionOut(BaseModel):
 
 class DecisionOut(BaseModel):
     action_id: str
-    status: Annotated[str, Field(description="pending means: no decision yet, call again.")]
+    status: Annotated[
+        str,
+        Field(
+            description="pending means: no decision yet, call again. Only approved allows "
+            "executing; rejected, changes_requested (note says what to change: push a corrected "
+            "action with `supersedes`), expired and cancelled are final."
+        ),
+    ]
     decision_at: UnixSeconds | None
     payload: dict[str, Any]
     preview: Annotated[

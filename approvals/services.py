@@ -128,8 +128,10 @@ def push_action(
     if idempotency_key and data.idempotency_key and idempotency_key != data.idempotency_key:
         raise InvalidInput("idempotency_key", "differs from the Idempotency-Key header")
     key = idempotency_key or data.idempotency_key
+    # ``supersedes`` counts only when given, so a push hashes as it did before the field existed.
+    unhashed = {"idempotency_key"} | ({"supersedes"} if data.supersedes is None else set())
     request_hash = hashlib.sha256(
-        canonical_json(data.model_dump(mode="json", exclude={"idempotency_key"}))
+        canonical_json(data.model_dump(mode="json", exclude=unhashed))
     ).hexdigest()
     if key:
         existing = Action.objects.filter(agent=agent, idempotency_key=key).first()
@@ -137,6 +139,8 @@ def push_action(
             return _replay(existing, request_hash), False
     if data.callback_url:
         _check_callback(data.callback_url)
+    if data.supersedes:
+        check_supersedes(agent, data.supersedes)
     try:
         with _atomic():
             action = _create(agent, data, key, request_hash)
@@ -207,6 +211,7 @@ def _create(agent: Agent, data: ActionIn, key: str | None, request_hash: str) ->
         else None,
         escalate_to=verdict.escalate_to or "",
         callback_url=data.callback_url or "",
+        supersedes_id=data.supersedes or None,
     )
     action.save(force_insert=True)
     _audit_push(action, verdict, loaded.version)
@@ -279,6 +284,7 @@ def _audit_push(action: Action, verdict, version: int) -> None:
             "editable": action.editable,
             "edit_bounds": action.edit_bounds,
             "expires_at": action.expires_at.isoformat(),
+            **({"supersedes": action.supersedes_id} if action.supersedes_id else {}),
         },
     )
     by_rule = {
@@ -397,6 +403,71 @@ def decide(
         if approvals >= action.approvals_required:
             return _settle(action, by, ActionStatus.APPROVED, new_payload, edits, note)
         return _add_approval(action, by, new_payload, edits, note, approvals)
+
+
+def request_changes(
+    action_id: str, *, by, note: str, idempotency_key: str | None = None
+) -> Action:
+    """Settle the action as ``changes_requested``: not approved, terminal, with the reviewer's message.
+
+    The third answer beside approve and reject: any reviewer of the action's
+    group may give it (an owner too, as with a rejection), and one settles the
+    action, whatever ``approvals_required`` says. No result can be reported on
+    it; the agent reads ``note`` and may push a corrected action naming this
+    one in ``supersedes``. Guarded like ``decide``: row lock, conditional
+    UPDATE, a retry with the same ``idempotency_key`` returns the action.
+    """
+    note = (note or "").strip()
+    if not note:
+        raise InvalidInput("note", "say what should change: the agent reads this message")
+    _refuse_unstorable(note=note)
+    with _atomic():
+        action = _lock(action_id)
+        if not can_review(by, action):
+            raise Forbidden(
+                f"you are not a reviewer in the group {_group_name(action)} "
+                "that this action is routed to"
+            )
+        verdict = Review.Verdict.CHANGES
+        if idempotency_key and _is_retry(action, by, verdict, {}, idempotency_key):
+            return action
+        if action.is_settled:
+            raise ActionNotPending(action.pk, action.effective_status)
+        Review.objects.update_or_create(
+            action=action,
+            reviewer=by,
+            defaults={
+                "verdict": verdict,
+                "edits": {},
+                "note": note,
+                "payload_sha256": payload_sha256(action.payload),
+                "idempotency_key": idempotency_key or "",
+                "at": timezone.now(),
+            },
+        )
+        action.reject_reason = ""
+        return _settle(action, by, ActionStatus.CHANGES_REQUESTED, action.payload, {}, note)
+
+
+def check_supersedes(agent: Agent, action_id: str) -> None:
+    """A push may replace an earlier action of the same agent that was settled without approval."""
+    earlier = (
+        Action.objects.filter(pk=action_id)
+        .only("agent_id", "status", "expires_at")
+        .first()
+    )
+    if earlier is None or earlier.agent_id != agent.pk:
+        raise InvalidInput("supersedes", f"names no action of this agent ({action_id!r})")
+    status = earlier.effective_status
+    if status == ActionStatus.PENDING:
+        raise InvalidInput(
+            "supersedes", f"{action_id} is still pending: cancel it first, or await its decision"
+        )
+    if earlier.was_approved:
+        raise InvalidInput("supersedes", f"{action_id} was approved ({status}): nothing to replace")
+    successor = Action.objects.filter(supersedes_id=action_id).values_list("pk", flat=True).first()
+    if successor:
+        raise InvalidInput("supersedes", f"{action_id} is already replaced by {successor}")
 
 
 def _is_retry(action: Action, by, verdict: str, edits: dict, key: str) -> bool:

@@ -310,19 +310,88 @@ class Outcome:
     money: Money | None
     order: str | None
     target_url: str
+    # Without money: the payload's telling fields, as (label, value), e.g. ("to", "a@b.example").
+    details: tuple[tuple[str, str], ...] = ()
+
+
+# Words that say what a kind does, wherever they sit in it ("email.send", "send_email").
+VERBS = frozenset(
+    "add apply approve archive assign ban block cancel change charge close create credit delete "
+    "deploy disable email enable export grant import invite issue merge migrate notify pay post "
+    "publish purge refund release remove rename reply reset restart revoke roll rollback run "
+    "schedule send ship suspend transfer unblock update upgrade void withdraw write".split()
+)
+# Payload keys most worth reading first in the "what will happen" line, best first.
+TELLING_KEYS = (
+    "to recipient recipients email customer customer_id user user_id account account_id "
+    "environment env service repo repository branch version tag target name id subject "
+    "plan quantity count reason"
+).split()
+MAX_DETAILS = 4
+MAX_DETAIL_CHARS = 80
+
+
+def _kind_sentence(kind: str) -> str:
+    """``email.send`` → "Send email", ``crm.contact_delete`` → "Delete crm contact"."""
+    words = [w for w in re.split(r"[._-]+", kind) if w]
+    if not words:
+        return kind
+    verb_at = next((i for i in range(len(words) - 1, -1, -1) if words[i] in VERBS), None)
+    if verb_at is None:
+        return " ".join(words).capitalize()
+    rest = words[:verb_at] + words[verb_at + 1 :]
+    return " ".join([words[verb_at], *rest]).capitalize()
+
+
+def _details(payload: dict) -> tuple[tuple[str, str], ...]:
+    """Up to MAX_DETAILS short top-level values, telling keys first, each as (label, text)."""
+
+    def rank(key: str) -> int:
+        return TELLING_KEYS.index(key) if key in TELLING_KEYS else len(TELLING_KEYS)
+
+    out = []
+    for key in sorted(payload, key=lambda k: (rank(str(k)), list(payload).index(k))):
+        value = payload[key]
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            continue
+        if key == "order_id":  # said as "on order …"
+            continue
+        text = str(value)
+        if not text or len(text) > MAX_DETAIL_CHARS:
+            continue
+        out.append((str(key).replace("_", " "), text))
+        if len(out) == MAX_DETAILS:
+            break
+    return tuple(out)
 
 
 def outcome(action: Action) -> Outcome:
-    """The payload read as a sentence: ``Refund $84.00 USD · order 10432``."""
-    verb = action.kind.rsplit(".", 1)[-1].replace("_", " ").replace("-", " ").capitalize()
+    """The payload read as a sentence: ``Refund $84.00 USD · order 10432``.
+
+    A kind without money reads from its words and the payload's telling fields:
+    ``email.send`` with ``{"to": …, "subject": …}`` → "Send email · to … · subject …".
+    """
     payload = action.payload if isinstance(action.payload, dict) else {}
+    money = payload_money(payload)
     order = payload.get("order_id")
+    if money is not None:
+        verb = action.kind.rsplit(".", 1)[-1].replace("_", " ").replace("-", " ").capitalize()
+        details: tuple[tuple[str, str], ...] = ()
+    else:
+        verb = _kind_sentence(action.kind)
+        details = _details(payload)
     return Outcome(
         verb=verb,
-        money=payload_money(payload),
+        money=money,
         order=str(order) if isinstance(order, str | int) and not isinstance(order, bool) else None,
         target_url=action.target_url,
+        details=details if money is None else (),
     )
+
+
+def result_by(action: Action) -> str | None:
+    """Who executed an action and reported its result: always the agent, never a reviewer."""
+    return action.agent.name if action.result_status else None
 
 
 @dataclass
@@ -429,12 +498,13 @@ def _overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
 
 
 def amount_mismatches(action: Action, *, preview: bool = True) -> list[Mention]:
-    """Amounts the title or preview mention that are not what the payload will do.
+    """Amounts the title or preview mention that are not what the agent's payload asks.
 
     The reviewer approves the payload, not the agent's words: "Refund $8.40"
     over a payload of 840000 cents must never read as harmless.
     """
-    money = payload_money(action.payload)
+    # Against what the agent asked: a reviewer's own edit is no disagreement of the agent's words.
+    money = payload_money(action.original_payload)
     if money is None:
         return []
     found = mentions("title", action.title)

@@ -168,7 +168,7 @@ def page(qs: QuerySet[Action], order: str, cursor: str | None, size: int | None 
     position = decode_cursor(cursor) if cursor else None
     if position:
         qs = qs.filter(how.after(*position))
-    related = qs.select_related("agent", "review_group", "decided_by_user")
+    related = qs.select_related("agent", "review_group", "decided_by_user", "claim__user")
     rows = list(related.order_by(*how.order_by())[: size + 1])
     next_cursor = None
     if len(rows) > size:
