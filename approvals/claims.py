@@ -1,4 +1,4 @@
-""""I'm on it": a reviewer marks a pending action as being looked at.
+""" "I'm on it": a reviewer marks a pending action as being looked at.
 
 Advisory: a claim never stops another reviewer from deciding; it is shown in
 every open queue and on the action page so two people don't work one refund.

@@ -405,9 +405,7 @@ def decide(
         return _add_approval(action, by, new_payload, edits, note, approvals)
 
 
-def request_changes(
-    action_id: str, *, by, note: str, idempotency_key: str | None = None
-) -> Action:
+def request_changes(action_id: str, *, by, note: str, idempotency_key: str | None = None) -> Action:
     """Settle the action as ``changes_requested``: not approved, terminal, with the reviewer's message.
 
     The third answer beside approve and reject: any reviewer of the action's
@@ -451,11 +449,7 @@ def request_changes(
 
 def check_supersedes(agent: Agent, action_id: str) -> None:
     """A push may replace an earlier action of the same agent that was settled without approval."""
-    earlier = (
-        Action.objects.filter(pk=action_id)
-        .only("agent_id", "status", "expires_at")
-        .first()
-    )
+    earlier = Action.objects.filter(pk=action_id).only("agent_id", "status", "expires_at").first()
     if earlier is None or earlier.agent_id != agent.pk:
         raise InvalidInput("supersedes", f"names no action of this agent ({action_id!r})")
     status = earlier.effective_status

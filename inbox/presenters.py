@@ -16,6 +16,8 @@ from approvals.models import Action
 from approvals.schemas import resolve_path
 from approvals.services import edit_bounds
 
+from .wording import kind_sentence, telling_details
+
 # ISO 4217 minor units that are not 2; everything else has cents.
 MINOR_UNITS = {
     **dict.fromkeys(["BIF", "CLP", "DJF", "GNF", "ISK", "JPY", "KMF", "KRW", "PYG"], 0),
@@ -314,63 +316,8 @@ class Outcome:
     details: tuple[tuple[str, str], ...] = ()
 
 
-# Words that say what a kind does, wherever they sit in it ("email.send", "send_email").
-VERBS = frozenset(
-    "add apply approve archive assign ban block cancel change charge close create credit delete "
-    "deploy disable email enable export grant import invite issue merge migrate notify pay post "
-    "publish purge refund release remove rename reply reset restart revoke roll rollback run "
-    "schedule send ship suspend transfer unblock update upgrade void withdraw write".split()
-)
-# Payload keys most worth reading first in the "what will happen" line, best first.
-TELLING_KEYS = (
-    "to recipient recipients email customer customer_id user user_id account account_id "
-    "environment env service repo repository branch version tag target name id subject "
-    "plan quantity count reason"
-).split()
-MAX_DETAILS = 4
-MAX_DETAIL_CHARS = 80
-
-
-def _kind_sentence(kind: str) -> str:
-    """``email.send`` → "Send email", ``crm.contact_delete`` → "Delete crm contact"."""
-    words = [w for w in re.split(r"[._-]+", kind) if w]
-    if not words:
-        return kind
-    verb_at = next((i for i in range(len(words) - 1, -1, -1) if words[i] in VERBS), None)
-    if verb_at is None:
-        return " ".join(words).capitalize()
-    rest = words[:verb_at] + words[verb_at + 1 :]
-    return " ".join([words[verb_at], *rest]).capitalize()
-
-
-def _details(payload: dict) -> tuple[tuple[str, str], ...]:
-    """Up to MAX_DETAILS short top-level values, telling keys first, each as (label, text)."""
-
-    def rank(key: str) -> int:
-        return TELLING_KEYS.index(key) if key in TELLING_KEYS else len(TELLING_KEYS)
-
-    out = []
-    for key in sorted(payload, key=lambda k: (rank(str(k)), list(payload).index(k))):
-        value = payload[key]
-        if isinstance(value, bool) or not isinstance(value, str | int | float):
-            continue
-        if key == "order_id":  # said as "on order …"
-            continue
-        text = str(value)
-        if not text or len(text) > MAX_DETAIL_CHARS:
-            continue
-        out.append((str(key).replace("_", " "), text))
-        if len(out) == MAX_DETAILS:
-            break
-    return tuple(out)
-
-
 def outcome(action: Action) -> Outcome:
-    """The payload read as a sentence: ``Refund $84.00 USD · order 10432``.
-
-    A kind without money reads from its words and the payload's telling fields:
-    ``email.send`` with ``{"to": …, "subject": …}`` → "Send email · to … · subject …".
-    """
+    """The payload as a sentence: ``Refund $84.00 USD · order 10432``; without money, ``inbox.wording``."""
     payload = action.payload if isinstance(action.payload, dict) else {}
     money = payload_money(payload)
     order = payload.get("order_id")
@@ -378,14 +325,14 @@ def outcome(action: Action) -> Outcome:
         verb = action.kind.rsplit(".", 1)[-1].replace("_", " ").replace("-", " ").capitalize()
         details: tuple[tuple[str, str], ...] = ()
     else:
-        verb = _kind_sentence(action.kind)
-        details = _details(payload)
+        verb = kind_sentence(action.kind)
+        details = telling_details(payload)
     return Outcome(
         verb=verb,
         money=money,
         order=str(order) if isinstance(order, str | int) and not isinstance(order, bool) else None,
         target_url=action.target_url,
-        details=details if money is None else (),
+        details=details,
     )
 
 

@@ -7,35 +7,76 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('approvals', '0007_metrics_retention_admin'),
+        ("approvals", "0007_metrics_retention_admin"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='action',
-            name='supersedes',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='superseded_by', to='approvals.action'),
+            model_name="action",
+            name="supersedes",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="superseded_by",
+                to="approvals.action",
+            ),
         ),
         migrations.AlterField(
-            model_name='action',
-            name='status',
-            field=models.CharField(choices=[('pending', 'Pending'), ('approved', 'Approved'), ('rejected', 'Rejected'), ('changes_requested', 'Changes Requested'), ('expired', 'Expired'), ('cancelled', 'Cancelled'), ('executed', 'Executed'), ('failed', 'Failed')], default='pending', max_length=20),
+            model_name="action",
+            name="status",
+            field=models.CharField(
+                choices=[
+                    ("pending", "Pending"),
+                    ("approved", "Approved"),
+                    ("rejected", "Rejected"),
+                    ("changes_requested", "Changes Requested"),
+                    ("expired", "Expired"),
+                    ("cancelled", "Cancelled"),
+                    ("executed", "Executed"),
+                    ("failed", "Failed"),
+                ],
+                default="pending",
+                max_length=20,
+            ),
         ),
         migrations.AlterField(
-            model_name='review',
-            name='verdict',
-            field=models.CharField(choices=[('approve', 'Approve'), ('reject', 'Reject'), ('changes', 'request changes')], max_length=10),
+            model_name="review",
+            name="verdict",
+            field=models.CharField(
+                choices=[
+                    ("approve", "Approve"),
+                    ("reject", "Reject"),
+                    ("changes", "request changes"),
+                ],
+                max_length=10,
+            ),
         ),
         migrations.CreateModel(
-            name='Claim',
+            name="Claim",
             fields=[
-                ('action', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='claim', serialize=False, to='approvals.action')),
-                ('claimed_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('expires_at', models.DateTimeField(db_index=True)),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to=settings.AUTH_USER_MODEL)),
+                (
+                    "action",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        primary_key=True,
+                        related_name="claim",
+                        serialize=False,
+                        to="approvals.action",
+                    ),
+                ),
+                ("claimed_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("expires_at", models.DateTimeField(db_index=True)),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
         ),
     ]
