@@ -117,6 +117,8 @@ class ActionStatus(models.TextChoices):
     PENDING = "pending"
     APPROVED = "approved"
     REJECTED = "rejected"
+    # A reviewer asked the agent to change something: settled, terminal, not approved.
+    CHANGES_REQUESTED = "changes_requested"
     EXPIRED = "expired"
     CANCELLED = "cancelled"
     EXECUTED = "executed"
@@ -183,7 +185,7 @@ class Action(models.Model):
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     expires_at = models.DateTimeField(db_index=True)
     status = models.CharField(
-        max_length=10, choices=ActionStatus.choices, default=ActionStatus.PENDING
+        max_length=20, choices=ActionStatus.choices, default=ActionStatus.PENDING
     )
     review_group = models.ForeignKey(
         Group, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
@@ -199,6 +201,10 @@ class Action(models.Model):
     last_reminded_at = models.DateTimeField(null=True, blank=True)
     stale_flagged_at = models.DateTimeField(null=True, blank=True)
     callback_url = models.URLField(max_length=2000, blank=True)
+    # The earlier action of the same agent that this one replaces (after changes were requested).
+    supersedes = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="superseded_by"
+    )
 
     decided_by_user = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
@@ -278,6 +284,7 @@ class Review(models.Model):
     class Verdict(models.TextChoices):
         APPROVE = "approve"
         REJECT = "reject"
+        CHANGES = "changes", "request changes"
 
     action = models.ForeignKey(Action, on_delete=models.CASCADE, related_name="reviews")
     reviewer = models.ForeignKey(
@@ -303,6 +310,20 @@ class Review(models.Model):
 
     def __str__(self) -> str:
         return f"{self.reviewer} {self.verdict}s {self.action_id}"
+
+
+class Claim(models.Model):
+    """A reviewer's "I'm on it" on a pending action: advisory, one per action, until it expires."""
+
+    action = models.OneToOneField(
+        Action, primary_key=True, on_delete=models.CASCADE, related_name="claim"
+    )
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    claimed_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(db_index=True)
+
+    def __str__(self) -> str:
+        return f"{self.user} on {self.action_id} until {self.expires_at:%H:%M:%S}"
 
 
 class OutboxQuerySet(models.QuerySet):

@@ -60,6 +60,7 @@ def action_out(action: Action, base_url: str) -> dict:
         "flags": action.flags,
         "idempotency_key": action.idempotency_key,
         "status": action.effective_status,
+        "supersedes": action.supersedes_id,
         "created_at": unix(action.created_at),
         "expires_at": unix(action.expires_at),
         "decision_at": unix(action.decision_at),

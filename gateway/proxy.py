@@ -311,6 +311,12 @@ def _refusal(name: str, action: Action) -> str:
             f"Rejected: {name} was not executed. {who} rejected action {action.pk}{note}{reason}. "
             "Do not retry the same call."
         )
+    if status == ActionStatus.CHANGES_REQUESTED:
+        who = (action.decided_by or {}).get("name", "a reviewer")
+        return (
+            f"Changes requested: {name} was not executed. {who} asked for changes on action "
+            f"{action.pk}: {action.note}. Change the call accordingly before trying again."
+        )
     if status == ActionStatus.EXPIRED:
         return f"Expired: nobody approved action {action.pk} in time; {name} was not executed."
     return f"Cancelled: action {action.pk} was withdrawn; {name} was not executed."

@@ -146,7 +146,8 @@ def actions_settled(now):
 
     settled = CounterMetricFamily(
         "impri_actions_settled",
-        "Actions settled, by outcome (approved, rejected, expired, cancelled) and the rule that "
+        "Actions settled, by outcome (approved, rejected, changes_requested, expired, cancelled) "
+        "and the rule that "
         "routed them ('' when none matched); an overdue action counts as expired before its sweep.",
         labels=["outcome", "rule"],
     )

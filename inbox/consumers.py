@@ -14,7 +14,7 @@ import logging
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from approvals import dbexec
+from approvals import claims, dbexec
 from approvals.events import INBOX_ALL_GROUP, inbox_group
 
 logger = logging.getLogger(__name__)
@@ -35,7 +35,18 @@ def session_channel_group(session_key: str) -> str:
     return "inbox.session." + hashlib.sha256(session_key.encode()).hexdigest()[:40]
 
 
-FORWARDED = ("action_id", "status", "event", "created_at", "expires_at", "decided_at", "decided_by")
+FORWARDED = (
+    "action_id",
+    "status",
+    "event",
+    "created_at",
+    "expires_at",
+    "decided_at",
+    "decided_by",
+    "claimed_by",
+)
+# Action pages one socket may say it shows: their claims are released when it closes.
+MAX_WATCHED = 20
 
 
 @dbexec.wrap
@@ -43,6 +54,11 @@ def channel_groups_for(user) -> list[str]:
     if user.is_superuser:
         return [INBOX_ALL_GROUP]
     return [inbox_group(pk) for pk in user.groups.values_list("pk", flat=True)]
+
+
+@dbexec.wrap
+def release_claims(user, action_ids: list[str]) -> int:
+    return claims.release_all(user, action_ids)
 
 
 class InboxConsumer(AsyncJsonWebsocketConsumer):
@@ -65,6 +81,10 @@ class InboxConsumer(AsyncJsonWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         for group in getattr(self, "joined", []):
             await self.channel_layer.group_discard(group, self.channel_name)
+        watched = getattr(self, "watched", set())
+        if watched:
+            # The reviewer left (tab closed, network gone): their "I'm on it" goes with them.
+            await release_claims(self.scope["user"], sorted(watched))
 
     async def receive(self, text_data=None, bytes_data=None, **kwargs) -> None:
         """Anything but a small JSON text frame is dropped without a word (or a traceback)."""
@@ -78,8 +98,16 @@ class InboxConsumer(AsyncJsonWebsocketConsumer):
 
     async def receive_json(self, content, **kwargs) -> None:
         # The socket is one-way; a browser's "ping" gets a "pong" to prove the path is alive.
-        if isinstance(content, dict) and content.get("event") == "ping":
+        if not isinstance(content, dict):
+            return
+        if content.get("event") == "ping":
             await self.send_json({"event": "pong"})
+        elif content.get("event") == "watch" and isinstance(content.get("action_id"), str):
+            # An action page says which action it shows. It grants nothing: on close, only
+            # this user's own claim on it is released.
+            watched = self.__dict__.setdefault("watched", set())
+            if len(watched) < MAX_WATCHED:
+                watched.add(content["action_id"][:40])
 
     async def inbox_close(self, message: dict) -> None:
         """Logout or a change of groups: no hint may reach this socket any more."""

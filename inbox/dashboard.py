@@ -46,7 +46,7 @@ from django.utils import timezone
 from approvals.models import Action, ActionStatus
 
 REFUND_KIND = "payment.refund"
-OUTCOMES = ("approved", "rejected", "expired", "cancelled", "pending")
+OUTCOMES = ("approved", "rejected", "changes_requested", "expired", "cancelled", "pending")
 MAX_DAYS = 366
 STALE_SHOWN = 20
 

@@ -174,6 +174,26 @@ class RejectForm(forms.Form):
         return self.cleaned_data["reason"]
 
 
+class ChangesForm(forms.Form):
+    """Request changes: the action settles, not approved, with this message to the agent."""
+
+    verdict = forms.CharField(widget=forms.HiddenInput, initial="changes")
+    # Required here too, so an empty message never reaches the service; it says the same.
+    note = forms.CharField(
+        max_length=4900,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        label="What should change",
+    )
+
+    def __init__(self, action: Action, *args, **kwargs):
+        kwargs.setdefault("prefix", "changes")
+        super().__init__(*args, **kwargs)
+        self.action = action
+
+    def note_text(self) -> str:
+        return self.cleaned_data["note"]
+
+
 def add_service_error(form: forms.Form, error: InvalidInput) -> None:
     """Put a service's InvalidInput on the field it names (``edits.payload.x`` → ``payload.x``)."""
     field = error.field or ""

@@ -16,6 +16,8 @@ from approvals.money import MINOR_UNITS, SYMBOLS, Money, iso_currency, payload_m
 from approvals.schemas import resolve_path
 from approvals.services.edits import edit_bounds
 
+from .wording import kind_sentence, telling_details
+
 # Where a figure written in text names its currency (``mentions``).
 SYMBOL_CURRENCIES = {"$": "USD", "€": "EUR", "£": "GBP", "¥": "JPY", "₹": "INR", "₩": "KRW"}
 WORD_CURRENCIES = {"dollar": "USD", "dollars": "USD", "euro": "EUR", "euros": "EUR"}
@@ -70,19 +72,33 @@ class Outcome:
     money: Money | None
     order: str | None
     target_url: str
+    # Without money: the payload's telling fields, as (label, value), e.g. ("to", "a@b.example").
+    details: tuple[tuple[str, str], ...] = ()
 
 
 def outcome(action: Action) -> Outcome:
-    """The payload read as a sentence: ``Refund $84.00 USD · order 10432``."""
-    verb = action.kind.rsplit(".", 1)[-1].replace("_", " ").replace("-", " ").capitalize()
+    """The payload as a sentence: ``Refund $84.00 USD · order 10432``; without money, ``inbox.wording``."""
     payload = action.payload if isinstance(action.payload, dict) else {}
+    money = payload_money(payload)
     order = payload.get("order_id")
+    if money is not None:
+        verb = action.kind.rsplit(".", 1)[-1].replace("_", " ").replace("-", " ").capitalize()
+        details: tuple[tuple[str, str], ...] = ()
+    else:
+        verb = kind_sentence(action.kind)
+        details = telling_details(payload)
     return Outcome(
         verb=verb,
-        money=payload_money(payload),
+        money=money,
         order=str(order) if isinstance(order, str | int) and not isinstance(order, bool) else None,
         target_url=action.target_url,
+        details=details,
     )
+
+
+def result_by(action: Action) -> str | None:
+    """Who executed an action and reported its result: always the agent, never a reviewer."""
+    return action.agent.name if action.result_status else None
 
 
 @dataclass
@@ -189,12 +205,13 @@ def _overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
 
 
 def amount_mismatches(action: Action, *, preview: bool = True) -> list[Mention]:
-    """Amounts the title or preview mention that are not what the payload will do.
+    """Amounts the title or preview mention that are not what the agent's payload asks.
 
     The reviewer approves the payload, not the agent's words: "Refund $8.40"
     over a payload of 840000 cents must never read as harmless.
     """
-    money = payload_money(action.payload)
+    # Against what the agent asked: a reviewer's own edit is no disagreement of the agent's words.
+    money = payload_money(action.original_payload)
     if money is None:
         return []
     found = mentions("title", action.title)

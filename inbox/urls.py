@@ -11,4 +11,5 @@ urlpatterns = [
     path("inbox/dashboard/", views.dashboard, name="dashboard"),
     path("inbox/actions/<str:action_id>", views.action_detail, name="action"),
     path("inbox/actions/<str:action_id>/decide", views.decide, name="decide"),
+    path("inbox/actions/<str:action_id>/claim", views.claim, name="claim"),
 ]

@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.middleware import HtmxDetails
 
-from approvals import services
+from approvals import claims, services
 from approvals.errors import (
     ActionNotFound,
     ActionNotPending,
@@ -32,6 +32,7 @@ from . import charts, csv_export, presenters, queries
 from . import dashboard as dashboard_figures
 from .forms import (
     ApproveForm,
+    ChangesForm,
     DashboardRangeForm,
     QueueFilterForm,
     RejectForm,
@@ -64,7 +65,9 @@ def queue(request: HtmxHttpRequest) -> HttpResponse:
     filters = form.filters()
     pending = selectors.filtered(selectors.pending_for(request.user), filters, request.user)
     if request.GET.get("only"):
-        rows = pending.filter(pk=request.GET["only"]).select_related("agent", "review_group")
+        rows = pending.filter(pk=request.GET["only"]).select_related(
+            "agent", "review_group", "claim__user"
+        )
         return render(request, "inbox/_rows.html", {"rows": rows, "live": True})
     context = {"form": form, "filters": filters, "view": "queue"}
     part = QUEUE_PARTS.get(request.htmx.target or "") if request.htmx else None
@@ -123,6 +126,14 @@ def _action_context(request: HttpRequest, action, **forms) -> dict:
         if owner
         else forms.get("approve") or (ApproveForm(action) if pending else None),
         "reject_form": forms.get("reject") or (RejectForm(action) if pending else None),
+        "changes_form": forms.get("changes") or (ChangesForm(action) if pending else None),
+        "claim": claims.current(action),
+        "result_by": presenters.result_by(action),
+        "result_fields": list(action.result_detail.items())
+        if isinstance(action.result_detail, dict)
+        else [],
+        "asked_money": presenters.payload_money(action.original_payload),
+        "superseded_by": action.superseded_by.order_by("created_at").first(),
         "bounds": {path: presenters.bounds(action, path) for path in action.editable},
         "previous": before,
         "next": after,
@@ -144,22 +155,31 @@ def action_detail(request: HtmxHttpRequest, action_id: str) -> HttpResponse:
 def decide(request: HtmxHttpRequest, action_id: str) -> HttpResponse:
     """Approve (with edits) or reject. Errors come back on the form: 422 invalid, 409 too late."""
     action = _reviewable(request, action_id)
-    verdict = request.POST.get("approve-verdict") or request.POST.get("reject-verdict")
-    form_class = {"approve": ApproveForm, "reject": RejectForm}.get(verdict or "")
+    verdict = (
+        request.POST.get("approve-verdict")
+        or request.POST.get("reject-verdict")
+        or request.POST.get("changes-verdict")
+    )
+    form_class = {"approve": ApproveForm, "reject": RejectForm, "changes": ChangesForm}.get(
+        verdict or ""
+    )
     if form_class is None:
-        return HttpResponse("verdict must be approve or reject", status=400)
+        return HttpResponse("verdict must be approve, reject or changes", status=400)
     form = form_class(action, request.POST)
     if form.is_valid():
         try:
-            services.decide(
-                action.pk,
-                by=request.user,
-                verdict=verdict,
-                edits=form.edits(),
-                note=form.note_text(),
-                reason=form.reason_code(),
-                approves_sha256=form.seen_sha256(),
-            )
+            if verdict == "changes":
+                services.request_changes(action.pk, by=request.user, note=form.note_text())
+            else:
+                services.decide(
+                    action.pk,
+                    by=request.user,
+                    verdict=verdict,
+                    edits=form.edits(),
+                    note=form.note_text(),
+                    reason=form.reason_code(),
+                    approves_sha256=form.seen_sha256(),
+                )
         except InvalidInput as error:
             add_service_error(form, error)
         except ActionNotPending:
@@ -194,6 +214,22 @@ def _after_decision(request: HtmxHttpRequest, action_id: str, *, too_late: bool)
     template = "inbox/_action.html" if request.htmx else "inbox/action.html"
     status = 409 if too_late else 200
     return render(request, template, _action_context(request, action), status=status)
+
+
+@require_POST
+@login_required
+def claim(request: HtmxHttpRequest, action_id: str) -> HttpResponse:
+    """ "I'm on it" (``release=1``: no longer). Advisory: shown to others, stops nobody."""
+    action = _reviewable(request, action_id)
+    if request.POST.get("release"):
+        claims.release(action, request.user)
+    elif not action.is_settled:
+        claims.claim(action, request.user)
+    if request.POST.get("beacon"):
+        return HttpResponse(status=204)  # a beacon from a page being left: nobody reads the answer
+    if not request.htmx:
+        return redirect("inbox:action", action_id=action_id)
+    return render(request, "inbox/_reviews.html", _action_context(request, action))
 
 
 @require_GET

@@ -18,6 +18,7 @@ from impri_client import (
     AlreadySettled,
     AsyncImpri,
     AuthenticationError,
+    ChangesRequested,
     Conflict,
     DecisionTimeout,
     Impri,
@@ -103,6 +104,34 @@ def test_gated_runs_with_the_edited_amount_and_reports_what_it_returned(impri, r
     assert stored.created_at <= stored.decision_at <= stored.result.reported_at
     assert abs((datetime.now(UTC) - stored.created_at).total_seconds()) < 300
     assert stored.expires_at > stored.created_at
+
+
+def test_changes_requested_raises_with_the_message_and_the_fix_supersedes_it(impri, rita):
+    calls = []
+    gate = gated(impri, kind="payment.refund", title="Refund order 5003")
+    run = in_thread(gate(calls.append), {"order_id": "5003", "amount_cents": 9000})
+    action = rita.pending_titled("Refund order 5003")
+    answer = rita.http.post(
+        f"/actions/{action['action_id']}/request-changes", json={"note": "only the mug: 1200"}
+    )
+    assert answer.status_code == 200, answer.text
+
+    finished(run)
+    error = run["error"]
+    assert isinstance(error, ChangesRequested)
+    assert error.status == "changes_requested"
+    assert error.note == "only the mug: 1200"
+    assert "changes_requested by rita" in str(error)
+    assert calls == []
+    fixed = impri.push(
+        kind="payment.refund",
+        title="Refund order 5003 (mug only)",
+        preview="Refund the mug only.",
+        payload={"order_id": "5003", "amount_cents": 1200},
+        supersedes=error.action_id,
+    )
+    assert impri.get(fixed.action_id).status == "pending"
+    assert rita.http.get(f"/actions/{fixed.action_id}").json()["supersedes"] == error.action_id
 
 
 def test_a_rejection_raises_with_the_note_and_runs_nothing(impri, rita):

@@ -24,6 +24,7 @@ from impri_client import (
     ActionExpired,
     ActionRejected,
     AlreadySettled,
+    ChangesRequested,
     InvalidGrant,
     WebhookVerificationError,
     canonical_json,
@@ -150,6 +151,12 @@ def test_outcomes_carry_the_note_and_the_reason_code():
         outcome(rejected, 1.0)
     assert (caught.value.note, caught.value.reason) == ("not our fault", "policy")
     assert str(caught.value) == "action act_1 was rejected by rita (reason: policy): not our fault"
+    asked = Decision.from_json(
+        {"action_id": "act_2", "status": "changes_requested", "note": "only the mug"}
+    )
+    with pytest.raises(ChangesRequested) as caught:
+        outcome(asked, 1.0)
+    assert caught.value.note == "only the mug"
     for status, error in (("expired", ActionExpired), ("cancelled", ActionCancelled)):
         with pytest.raises(error):
             outcome(Decision.from_json({"action_id": "a", "status": status}), 1.0)

@@ -643,7 +643,7 @@ def test_deciding_needs_the_csrf_token(action, rita):
 def test_every_form_on_the_action_page_carries_a_csrf_token(action, rita_browser):
     body = html(rita_browser.get(f"/inbox/actions/{action.pk}"))
     forms = re.findall(r'<form method="post".*?</form>', body, re.S)
-    assert len(forms) == 3  # approve, reject, log out
+    assert len(forms) == 5  # claim, approve, reject, request changes, log out
     assert all("csrfmiddlewaretoken" in form for form in forms)
 
 

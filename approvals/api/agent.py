@@ -98,7 +98,16 @@ def cancel_action(request, action_id: ActionId, data: CancelIn | None = None):
 
 class ListFilters(Schema):
     status: (
-        Literal["pending", "approved", "rejected", "expired", "cancelled", "executed", "failed"]
+        Literal[
+            "pending",
+            "approved",
+            "rejected",
+            "changes_requested",
+            "expired",
+            "cancelled",
+            "executed",
+            "failed",
+        ]
         | None
     ) = None
     kind: str | None = Field(None, json_schema_extra={"pattern": NO_NUL})

@@ -8,6 +8,7 @@ from .. import dbexec, services
 from ..presenters import action_out
 from ..schemas import (
     ActionOut,
+    ChangesIn,
     DecisionIn,
     RejectIn,
 )
@@ -53,5 +54,20 @@ def reject(
         note=data.note,
         reason=data.reason or "",
         idempotency_key=_key(idempotency_key),
+    )
+    return action_out(action, _base(request))
+
+
+@router.post("/actions/{action_id}/request-changes", response={200: ActionOut, **ERRORS})
+@dbexec.view
+def request_changes(
+    request,
+    action_id: ActionId,
+    data: ChangesIn,
+    idempotency_key: str | None = IDEMPOTENCY_HEADER,
+):
+    """Settle the action as changes_requested: not approved, final, with your message to the agent."""
+    action = services.request_changes(
+        action_id, by=_reviewer(request), note=data.note, idempotency_key=_key(idempotency_key)
     )
     return action_out(action, _base(request))

@@ -38,7 +38,8 @@ decided yet: call impri_await_decision again (tell the user you are waiting if i
 3. Only when the status is "approved", execute the action with exactly the payload that \
 impri_await_decision returned: a reviewer may have edited it (edited_by_human is then true \
 and preview shows the diff). Never execute the payload you proposed instead. "rejected", \
-"expired" and "cancelled" are final: do not execute; the note says why.
+"changes_requested", "expired" and "cancelled" are final: do not execute; the note says why. \
+After "changes_requested", push a corrected action naming the old one in supersedes.
 4. After executing, report what happened with impri_report_result (executed or failed).
 """
 
@@ -115,6 +116,13 @@ async def impri_push_action(
             "Webhooks) when the action settles; it must reach a public address."
         ),
     ] = None,
+    supersedes: Annotated[
+        str | None,
+        Field(
+            description="The action_id of an earlier action of yours this one replaces, e.g. "
+            "after a reviewer answered changes_requested."
+        ),
+    ] = None,
 ) -> ActionOut:
     """Propose an action for a human to review before you carry it out.
 
@@ -140,6 +148,7 @@ async def impri_push_action(
         "idempotency_key": idempotency_key,
         "expires_in_s": expires_in_s,
         "callback_url": callback_url,
+        "supersedes": supersedes,
     }
     data = _parse(ActionIn, {k: v for k, v in fields.items() if v is not None})
     action, _ = await dbexec.run(services.push_action, agent, data)
@@ -166,9 +175,10 @@ async def impri_await_decision(
     When status is "approved", execute exactly the payload returned here, never
     the one you proposed: a reviewer may have edited it (edited_by_human is then
     true and preview shows the change as a diff). Money moves, messages go out
-    and deploys happen only with this payload. "rejected", "expired" and
-    "cancelled" are final: do not execute; note says why. After executing,
-    call impri_report_result.
+    and deploys happen only with this payload. "rejected", "changes_requested",
+    "expired" and "cancelled" are final: do not execute; note says why (after
+    "changes_requested", push a corrected action with supersedes set to this
+    action_id). After executing, call impri_report_result.
     """
     agent = await current_agent(ctx)
     progress = _wants_progress(ctx)

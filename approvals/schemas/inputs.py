@@ -116,6 +116,14 @@ class ActionIn(StrictModel):
     expires_in_s: int | None = Field(
         default=None, ge=1, description="Seconds until the action expires undecided."
     )
+    supersedes: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=40,
+        pattern=r"^[A-Za-z0-9_]+$",
+        description="The id of an earlier action of yours that this one replaces (typically one "
+        "settled as `changes_requested`); it must not be pending or approved.",
+    )
 
     @field_validator("kind")
     @classmethod
@@ -261,6 +269,22 @@ class RejectIn(StrictModel):
     @field_validator("note")
     @classmethod
     def _note(cls, value: str) -> str:
+        return check_text(value, "note")
+
+
+class ChangesIn(StrictModel):
+    note: str = Field(
+        min_length=1,
+        max_length=5000,
+        description="What the agent should change (required): it reads this message.",
+        json_schema_extra=NOTE_SCHEMA,
+    )
+
+    @field_validator("note")
+    @classmethod
+    def _note(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("note must say what should change")
         return check_text(value, "note")
 
 

@@ -53,7 +53,16 @@ class ActionOut(BaseModel):
     ]
     flags: list[str]
     idempotency_key: str | None
-    status: str
+    status: Annotated[
+        str,
+        Field(
+            description="pending, approved, rejected, changes_requested, expired, cancelled, "
+            "executed or failed."
+        ),
+    ]
+    supersedes: str | None = Field(
+        default=None, description="The earlier action of this agent that this one replaces."
+    )
     created_at: UnixSeconds
     expires_at: UnixSeconds
     decision_at: UnixSeconds | None
@@ -67,7 +76,14 @@ class ActionOut(BaseModel):
 
 class DecisionOut(BaseModel):
     action_id: str
-    status: Annotated[str, Field(description="pending means: no decision yet, call again.")]
+    status: Annotated[
+        str,
+        Field(
+            description="pending means: no decision yet, call again. Only approved allows "
+            "executing; rejected, changes_requested (note says what to change: push a corrected "
+            "action with `supersedes`), expired and cancelled are final."
+        ),
+    ]
     decision_at: UnixSeconds | None
     payload: dict[str, Any]
     preview: Annotated[

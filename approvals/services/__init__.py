@@ -9,7 +9,7 @@ Nothing outside this package writes an action's state (tests/test_single_door.py
 | module | holds |
 |---|---|
 | ``pushing`` | ``push_action``: idempotency, the rules' routing, the insert |
-| ``deciding`` | ``decide``: approve (with edits, four eyes) or reject |
+| ``deciding`` | ``decide``: approve (with edits, four eyes) or reject; ``request_changes`` |
 | ``reporting`` | the agent's ``cancel_action`` and ``report_result`` |
 | ``sweeps`` | ``expire_due``, ``escalate_due``, ``remind_due``, ``flag_stale`` |
 | ``waiting`` | ``await_decision`` and the process's waiter hub |
@@ -19,9 +19,9 @@ Nothing outside this package writes an action's state (tests/test_single_door.py
 """
 
 from .common import default_group, payload_sha256
-from .deciding import decide
+from .deciding import decide, request_changes
 from .edits import apply_edits, edit_bounds
-from .pushing import push_action
+from .pushing import check_supersedes, push_action
 from .reporting import cancel_action, report_result
 from .selectors import can_review, get_action_for_agent, get_action_for_reviewer
 from .sweeps import escalate_due, expire_due, flag_stale, remind_due
@@ -33,6 +33,7 @@ __all__ = [
     "await_decision",
     "can_review",
     "cancel_action",
+    "check_supersedes",
     "decide",
     "default_group",
     "edit_bounds",
@@ -45,4 +46,5 @@ __all__ = [
     "push_action",
     "remind_due",
     "report_result",
+    "request_changes",
 ]

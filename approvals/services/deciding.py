@@ -104,6 +104,48 @@ def decide(
         return _add_approval(action, by, new_payload, edits, note, approvals)
 
 
+def request_changes(action_id: str, *, by, note: str, idempotency_key: str | None = None) -> Action:
+    """Settle the action as ``changes_requested``: not approved, terminal, with the reviewer's message.
+
+    The third answer beside approve and reject: any reviewer of the action's
+    group may give it (an owner too, as with a rejection), and one settles the
+    action, whatever ``approvals_required`` says. No result can be reported on
+    it; the agent reads ``note`` and may push a corrected action naming this
+    one in ``supersedes``. Guarded like ``decide``: row lock, conditional
+    UPDATE, a retry with the same ``idempotency_key`` returns the action.
+    """
+    note = (note or "").strip()
+    if not note:
+        raise InvalidInput("note", "say what should change: the agent reads this message")
+    _refuse_unstorable(note=note)
+    with _atomic():
+        action = _lock(action_id)
+        if not can_review(by, action):
+            raise Forbidden(
+                f"you are not a reviewer in the group {_group_name(action)} "
+                "that this action is routed to"
+            )
+        verdict = Review.Verdict.CHANGES
+        if idempotency_key and _is_retry(action, by, verdict, {}, idempotency_key):
+            return action
+        if action.is_settled:
+            raise ActionNotPending(action.pk, action.effective_status)
+        Review.objects.update_or_create(
+            action=action,
+            reviewer=by,
+            defaults={
+                "verdict": verdict,
+                "edits": {},
+                "note": note,
+                "payload_sha256": payload_sha256(action.payload),
+                "idempotency_key": idempotency_key or "",
+                "at": timezone.now(),
+            },
+        )
+        action.reject_reason = ""
+        return _settle(action, by, ActionStatus.CHANGES_REQUESTED, action.payload, {}, note)
+
+
 def _is_retry(action: Action, by, verdict: str, edits: dict, key: str) -> bool:
     """True when ``by`` already made this decision under ``key``; 409 when the key
     was used for a different decision."""

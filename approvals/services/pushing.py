@@ -38,8 +38,10 @@ def push_action(
     if idempotency_key and data.idempotency_key and idempotency_key != data.idempotency_key:
         raise InvalidInput("idempotency_key", "differs from the Idempotency-Key header")
     key = idempotency_key or data.idempotency_key
+    # ``supersedes`` counts only when given, so a push hashes as it did before the field existed.
+    unhashed = {"idempotency_key"} | ({"supersedes"} if data.supersedes is None else set())
     request_hash = hashlib.sha256(
-        canonical_json(data.model_dump(mode="json", exclude={"idempotency_key"}))
+        canonical_json(data.model_dump(mode="json", exclude=unhashed))
     ).hexdigest()
     if key:
         existing = Action.objects.filter(agent=agent, idempotency_key=key).first()
@@ -47,6 +49,8 @@ def push_action(
             return _replay(existing, request_hash), False
     if data.callback_url:
         _check_callback(data.callback_url)
+    if data.supersedes:
+        check_supersedes(agent, data.supersedes)
     try:
         with _atomic():
             action = _create(agent, data, key, request_hash)
@@ -117,6 +121,7 @@ def _create(agent: Agent, data: ActionIn, key: str | None, request_hash: str) ->
         else None,
         escalate_to=verdict.escalate_to or "",
         callback_url=data.callback_url or "",
+        supersedes_id=data.supersedes or None,
     )
     action.save(force_insert=True)
     _audit_push(action, verdict, loaded.version)
@@ -178,6 +183,7 @@ def _audit_push(action: Action, verdict, version: int) -> None:
             "editable": action.editable,
             "edit_bounds": action.edit_bounds,
             "expires_at": action.expires_at.isoformat(),
+            **({"supersedes": action.supersedes_id} if action.supersedes_id else {}),
         },
     )
     by_rule = {
@@ -212,3 +218,20 @@ def _replay(existing: Action, request_hash: str) -> Action:
             f"(action {existing.pk})"
         )
     return _load(existing.pk)
+
+
+def check_supersedes(agent: Agent, action_id: str) -> None:
+    """A push may replace an earlier action of the same agent that was settled without approval."""
+    earlier = Action.objects.filter(pk=action_id).only("agent_id", "status", "expires_at").first()
+    if earlier is None or earlier.agent_id != agent.pk:
+        raise InvalidInput("supersedes", f"names no action of this agent ({action_id!r})")
+    status = earlier.effective_status
+    if status == ActionStatus.PENDING:
+        raise InvalidInput(
+            "supersedes", f"{action_id} is still pending: cancel it first, or await its decision"
+        )
+    if earlier.was_approved:
+        raise InvalidInput("supersedes", f"{action_id} was approved ({status}): nothing to replace")
+    successor = Action.objects.filter(supersedes_id=action_id).values_list("pk", flat=True).first()
+    if successor:
+        raise InvalidInput("supersedes", f"{action_id} is already replaced by {successor}")

@@ -187,6 +187,6 @@ def keyset(
     how = ORDERS[order]
     if position:
         qs = qs.filter(how.after(*position))
-    related = qs.select_related("agent", "review_group", "decided_by_user")
+    related = qs.select_related("agent", "review_group", "decided_by_user", "claim__user")
     rows = list(related.order_by(*how.order_by())[: size + 1])
     return rows[:size], len(rows) > size

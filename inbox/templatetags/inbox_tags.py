@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from django import template
+from django.core.exceptions import ObjectDoesNotExist
+from django.utils import timezone
 from django.utils.safestring import SafeString
 
 from inbox import presenters, render
@@ -70,6 +72,18 @@ def query_with(request, **changes) -> str:
 @register.filter
 def payload_money(action) -> presenters.Money | None:
     return presenters.payload_money(action.payload)
+
+
+@register.filter
+def live_claim(action):
+    """The row's "someone is on it": the action's claim while it lasts (loaded with the row)."""
+    try:
+        claim = action.claim
+    except ObjectDoesNotExist:
+        return None
+    if action.is_settled or claim.expires_at <= timezone.now():
+        return None
+    return claim
 
 
 @register.filter

@@ -43,6 +43,14 @@
         expiredLocally(el);
       }
     });
+    // An "I'm on it" runs out after its time: it goes from rows and the page without a message.
+    document.querySelectorAll("[data-claim-until]").forEach(function (el) {
+      const t = Date.parse(el.dataset.claimUntil);
+      if (Number.isNaN(t) || t > now) return;
+      const onPage = el.closest("#reviews");
+      el.remove();
+      if (onPage) htmx.trigger(body, "inbox:reviewed");
+    });
   }
 
   function expiredLocally(el) {
@@ -68,6 +76,11 @@
     const path = body.dataset.liveUrl;
     if (!path || !("WebSocket" in window)) return;
     const socket = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + location.host + path);
+    socket.addEventListener("open", function () {
+      // The action page says which action it shows: when this socket goes, so does our claim on it.
+      const page = document.getElementById("action");
+      if (page) socket.send(JSON.stringify({ event: "watch", action_id: page.dataset.actionId }));
+    });
     socket.addEventListener("message", function (event) {
       let message;
       try {
@@ -77,7 +90,10 @@
       }
       if (message.event === "hello") {
         setLive("on", "Live");
-        if (wasOpen) htmx.trigger(body, "inbox:resync"); // we may have missed changes
+        if (wasOpen) {
+          htmx.trigger(body, "inbox:resync"); // we may have missed changes
+          if (claimedByMe()) sendClaim(false); // the old socket's close released it
+        }
         wasOpen = true;
         attempts = 0;
       } else if (message.action_id) {
@@ -95,7 +111,9 @@
     const page = document.getElementById("action");
     if (page && page.dataset.actionId === message.action_id) {
       if (message.status === "pending") htmx.trigger(body, "inbox:reviewed");
-      else settle(page, message);
+      else if (message.event === "result.reported" && page.dataset.status !== "pending") {
+        htmx.ajax("GET", location.pathname, { target: "#action", swap: "outerHTML" }); // show the result
+      } else settle(page, message);
     }
     if (document.getElementById("rows") && currentPage() === "queue") onQueueUpdate(message);
   }
@@ -115,12 +133,15 @@
     }
     if (row) {
       htmx.ajax("GET", rowUrl(message.action_id), { target: row, swap: "outerHTML" });
+      if (message.event === "action.escalated") changed();
       return;
     }
-    if (new URLSearchParams(location.search).has("after")) return; // an older page: new rows go on the first
+    if (message.event === "action.claimed" || message.event === "action.released") return;
+    // The counters follow every arrival, shown here or not (another page, another filter).
+    if (new URLSearchParams(location.search).has("after")) return changed(); // new rows go on the first page
     const place = placeFor(message);
-    if (!place) return;
-    htmx.ajax("GET", rowUrl(message.action_id), place).then(changed);
+    if (!place) return changed();
+    htmx.ajax("GET", rowUrl(message.action_id), place).then(changed, changed);
   }
 
   function rowUrl(id) {
@@ -208,7 +229,8 @@
     banner.replaceChildren();
     const verb = document.createElement("strong");
     verb.className = "settled-verb";
-    verb.textContent = message.status.charAt(0).toUpperCase() + message.status.slice(1);
+    const said = message.status.replace(/_/g, " ");
+    verb.textContent = said.charAt(0).toUpperCase() + said.slice(1);
     banner.append(verb);
     const by = message.decided_by;
     if (by && by.name) {
@@ -290,6 +312,35 @@
     if (button) button.textContent = text + " " + currency;
   }
 
+  // --- "I'm on it" ------------------------------------------------------------------------
+
+  function claimedByMe() {
+    const claim = document.getElementById("claim");
+    return !!claim && claim.dataset.claimedByMe === "1";
+  }
+
+  // Claim again (release=false) or let go; a page being left uses a beacon nobody waits for.
+  function sendClaim(release) {
+    const claim = document.getElementById("claim");
+    const form = claim && claim.querySelector("form");
+    if (!form) return;
+    const data = new FormData();
+    data.append("csrfmiddlewaretoken", form.querySelector("[name=csrfmiddlewaretoken]").value);
+    if (release) {
+      data.append("release", "1");
+      data.append("beacon", "1");
+      navigator.sendBeacon(form.action, data);
+    } else {
+      fetch(form.action, { method: "POST", body: data, headers: { "HX-Request": "true" } }).then(function () {
+        htmx.trigger(body, "inbox:reviewed");
+      });
+    }
+  }
+
+  window.addEventListener("pagehide", function () {
+    if (claimedByMe()) sendClaim(true);
+  });
+
   // --- Keyboard ---------------------------------------------------------------------------
 
   function typingIn(target) {
@@ -359,6 +410,11 @@
 
   body.addEventListener("htmx:afterSettle", function (event) {
     tick();
+    const pending = document.querySelector("#queue-counts [data-count=pending]");
+    if (pending && currentPage() === "queue") {
+      const n = Number(pending.textContent);
+      document.title = (n ? "(" + n + ") " : "") + document.title.replace(/^\(\d+\) /, "");
+    }
     document.querySelectorAll(".edit-field input").forEach(showMoney);
     if (event.detail.target && event.detail.target.id === "action") {
       const error = document.querySelector("#action .has-error input, #action .has-error select");

@@ -13,6 +13,7 @@ __all__ = [
     "ActionNotApproved",
     "ActionRejected",
     "AlreadySettled",
+    "ChangesRequested",
     "ApiError",
     "AuthenticationError",
     "BadRequest",
@@ -142,6 +143,14 @@ class ActionNotApproved(ImpriError):
 
 class ActionRejected(ActionNotApproved):
     """A reviewer (or a rule) rejected the action."""
+
+
+class ChangesRequested(ActionNotApproved):
+    """A reviewer asked for changes (status ``changes_requested``): nothing runs.
+
+    ``note`` says what to change. Push a corrected action naming this one in
+    ``supersedes`` (``client.push(..., supersedes=exc.action_id)``).
+    """
 
 
 class ActionExpired(ActionNotApproved):

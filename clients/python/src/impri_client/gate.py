@@ -16,9 +16,10 @@ As a context manager, the body runs only once the action is approved::
 
 Either way: push → wait → run with ``decision.payload`` (never the proposal)
 → report ``executed`` with what the function returned (``gate.detail``), or
-``failed`` with the exception, which is then re-raised. A rejection, expiry or
-cancellation raises :class:`ActionRejected` / :class:`ActionExpired` /
-:class:`ActionCancelled` (with ``note`` and ``reason``) and runs nothing.
+``failed`` with the exception, which is then re-raised. A rejection, a request
+for changes, expiry or cancellation raises :class:`ActionRejected` /
+:class:`ChangesRequested` / :class:`ActionExpired` / :class:`ActionCancelled`
+(with ``note`` and ``reason``) and runs nothing.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from .errors import (
     ActionNotApproved,
     ActionRejected,
     AlreadySettled,
+    ChangesRequested,
     DecisionTimeout,
     ResultNotReported,
 )
@@ -48,6 +50,7 @@ __all__ = ["Gate", "gated"]
 
 _NOT_APPROVED = {
     "rejected": ActionRejected,
+    "changes_requested": ChangesRequested,
     "expired": ActionExpired,
     "cancelled": ActionCancelled,
 }
