@@ -41,6 +41,7 @@ NOTE_BLOCK = "note"
 SETTLED = {
     ActionStatus.APPROVED: ("Approved", ":white_check_mark:"),
     ActionStatus.REJECTED: ("Rejected", ":x:"),
+    ActionStatus.CHANGES_REQUESTED: ("Changes requested", ":leftwards_arrow_with_hook:"),
     ActionStatus.EXPIRED: ("Expired unanswered", ":hourglass:"),
     ActionStatus.CANCELLED: ("Cancelled", ":no_entry_sign:"),
     ActionStatus.EXECUTED: ("Approved and executed", ":white_check_mark:"),
@@ -92,7 +93,7 @@ def outcome_line(action: Action) -> str:
         line += f" at {when(action.decided_at)}"
     if action.was_approved and action.edited_by_human:
         line += f" · approved as edited: {text(amount_text(action), 60) or 'payload changed'}"
-    if action.note and status == ActionStatus.REJECTED:
+    if action.note and status in (ActionStatus.REJECTED, ActionStatus.CHANGES_REQUESTED):
         line += f"\n> {text(action.note, 500)}"
     return line
 

@@ -356,6 +356,20 @@ def test_settling_anywhere_updates_the_message_without_buttons(agent, team, slac
     assert "Too late: this action is already approved by sam" in ephemeral_text(slack)
 
 
+def test_changes_requested_in_the_inbox_updates_the_message_with_the_message(
+    agent, team, slack
+):
+    sam = make_reviewer("sam", "reviewers").user
+    action = make_action(agent.agent)
+    assert delivery.send_due() == 1
+    services.request_changes(action.pk, by=sam, note="Refund the shipping only")
+    assert delivery.send_due() == 1
+    (update,) = slack.to("chat.update")
+    assert "*Changes requested* by sam" in all_text(update)
+    assert "Refund the shipping only" in all_text(update)
+    assert all(b["type"] != "actions" for b in update["blocks"])
+
+
 def test_a_group_without_a_channel_gets_no_message(agent, slack, settings):
     make_action(agent.agent)
     assert SlackMessage.objects.count() == 0
