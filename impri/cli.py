@@ -16,7 +16,7 @@ from impri.settings_env import env
 
 # Long-running commands whose database pool is sized by role (impri/settings.py).
 ROLES = ("serve", "worker", "beat", "mcp")
-IMPRI_APPS = ("impri", "approvals", "rules", "audit", "inbox")
+IMPRI_APPS = ("impri", "approvals", "rules", "audit", "inbox", "gateway", "slackapp", "twofactor")
 HELP_ARGS = ([], ["help"], ["--help"], ["-h"])
 
 
