@@ -21,7 +21,7 @@ from audit import export as audit_export
 from audit import log as audit_log
 from audit.models import ChainHead, VerificationRun
 
-from . import dbexec, faults, keys, services
+from . import dbexec, faults, keys, services, stepup
 from .errors import Forbidden, ImpriError, InvalidInput, RateLimited
 from .models import Action
 from .presenters import action_out, decision_out
@@ -368,15 +368,17 @@ def approve(
     idempotency_key: str | None = IDEMPOTENCY_HEADER,
 ):
     data = data or DecisionIn()
-    action = services.decide(
-        action_id,
-        by=_reviewer(request),
-        verdict="approve",
-        edits=data.edits,
-        note=data.note,
-        idempotency_key=_key(idempotency_key),
-        approves_sha256=data.payload_sha256.lower() if data.payload_sha256 else None,
-    )
+    reviewer = _reviewer(request)
+    with stepup.via_token(request.auth.key):  # a service token can't approve at the step-up limit
+        action = services.decide(
+            action_id,
+            by=reviewer,
+            verdict="approve",
+            edits=data.edits,
+            note=data.note,
+            idempotency_key=_key(idempotency_key),
+            approves_sha256=data.payload_sha256.lower() if data.payload_sha256 else None,
+        )
     return action_out(action, _base(request))
 
 

@@ -30,7 +30,7 @@ from impri import metrics
 from rules import engine as rule_engine
 from rules import services as rule_services
 
-from . import dbexec, events, grants, outbound, outbox, waiting
+from . import dbexec, events, grants, outbound, outbox, stepup, waiting
 from .errors import (
     ActionNotFound,
     ActionNotPending,
@@ -354,6 +354,7 @@ def decide(
             "reason", f"must be one of {', '.join(RejectReason.values)}, and only on a rejection"
         )
     _refuse_unstorable(note=note, **{f"edits.{path}": value for path, value in edits.items()})
+    stepup.require(action_id, by=by, verdict=verdict, edits=edits)  # money needs a fresh 2nd factor
     with _atomic():
         # Locked first, checked under the lock: one read of the row, not two.
         action = _lock(action_id)

@@ -14,6 +14,7 @@ urlpatterns = [
     path("api/v1/", api.urls),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/2fa/", include("twofactor.urls")),
     path("admin/", admin.site.urls),
     path("", include("inbox.urls")),
 ]

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-APP_DIRS = ("impri", "approvals", "audit", "rules", "inbox", "gateway")
+APP_DIRS = ("impri", "approvals", "audit", "rules", "inbox", "gateway", "twofactor")
 
 
 def documented() -> set[str]:

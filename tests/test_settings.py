@@ -64,7 +64,7 @@ def test_a_bad_number_fails_loudly_naming_the_variable(tmp_path):
 ENV_READ = re.compile(
     r"""(?:\benv(?:bool|int|float)?\(|environ\.get\(|environ\[|getenv\()\s*["']([A-Z][A-Z0-9_]*)["']"""
 )
-APP_DIRS = ("impri", "approvals", "audit", "rules", "inbox", "gateway")
+APP_DIRS = ("impri", "approvals", "audit", "rules", "inbox", "gateway", "twofactor")
 
 
 def variables_read() -> set[str]:
