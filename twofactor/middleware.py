@@ -34,7 +34,6 @@ OPEN_PREFIXES = (
     "/.well-known/",
     "/integrations/",
 )
-MANAGE_PATHS = ("/accounts/2fa/",)
 
 
 class SecondFactorMiddleware(DualModeMiddleware):
@@ -55,9 +54,10 @@ class SecondFactorMiddleware(DualModeMiddleware):
         user = request.user
         if not user.is_authenticated:
             return None
-        if services.idp_asserted_mfa(request.session) and services.verified_at(
-            request.session
-        ) is None:
+        if (
+            services.idp_asserted_mfa(request.session)
+            and services.verified_at(request.session) is None
+        ):
             services.stamp(request.session)
         step = services.required_step(request)
         if step is None:

@@ -58,9 +58,7 @@ def recovery_codes_left(user) -> int:
 def is_verified(request) -> bool:
     """This session passed a second factor (a code here, or MFA at the identity provider)."""
     user = request.user
-    return bool(getattr(user, "is_verified", lambda: False)()) or idp_asserted_mfa(
-        request.session
-    )
+    return bool(getattr(user, "is_verified", lambda: False)()) or idp_asserted_mfa(request.session)
 
 
 def required_step(request) -> str | None:

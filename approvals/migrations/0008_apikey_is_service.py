@@ -4,15 +4,17 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('approvals', '0007_metrics_retention_admin'),
+        ("approvals", "0007_metrics_retention_admin"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='apikey',
-            name='is_service',
-            field=models.BooleanField(default=False, help_text='A reviewer token used by a program, not a person: it can never approve an amount at or above the step-up threshold (IMPRI_STEP_UP_CENTS).'),
+            model_name="apikey",
+            name="is_service",
+            field=models.BooleanField(
+                default=False,
+                help_text="A reviewer token used by a program, not a person: it can never approve an amount at or above the step-up threshold (IMPRI_STEP_UP_CENTS).",
+            ),
         ),
     ]
