@@ -109,7 +109,7 @@ def test_a_password_alone_reaches_only_the_code_page(rita, clock):
     inbox = client.get("/inbox/")
     assert inbox.status_code == 302
     assert inbox["Location"] == "/accounts/2fa/verify/?next=%2Finbox%2F"
-    assert client.get("/admin/").status_code == 302
+    assert client.get("/inbox/decided/")["Location"].startswith("/accounts/2fa/verify/")
     assert client.get("/accounts/2fa/verify/").status_code == 200
 
     wrong = client.post("/accounts/2fa/verify/", {"code": "123456", "next": "/inbox/"})
@@ -368,3 +368,36 @@ def test_impri_token_issues_an_ordinary_token_by_default(rita):
     call_command("token", "rita", stdout=out)
     raw = re.search(r"Reviewer token: (\S+)", out.getvalue()).group(1)
     assert not ApiKey.objects.get(prefix=raw[:12]).is_service
+
+
+# --- The live socket ------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_live_socket_waits_for_the_code_too(rita):
+    from asgiref.sync import sync_to_async
+    from channels.testing import WebsocketCommunicator
+
+    from impri.asgi import application
+
+    device = await sync_to_async(enrol)(rita.user)
+    client = await sync_to_async(password_login)("rita")
+    headers = [
+        (b"origin", b"http://localhost"),
+        (b"host", b"localhost"),
+        (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode()),
+    ]
+
+    refused = WebsocketCommunicator(application, "/ws/inbox", headers=headers)
+    connected, close_code = await refused.connect(timeout=5)
+    assert (connected, close_code) == (False, 4401)
+    await refused.disconnect()
+
+    answer = await sync_to_async(client.post)(
+        "/accounts/2fa/verify/", {"code": await sync_to_async(code)(device)}
+    )
+    assert answer.status_code == 302
+    accepted = WebsocketCommunicator(application, "/ws/inbox", headers=headers)
+    connected, _ = await accepted.connect(timeout=5)
+    assert connected
+    await accepted.disconnect()

@@ -20,6 +20,7 @@ import segno
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
+from django_otp.models import Device
 from django_otp.plugins.otp_static.models import StaticDevice, StaticToken
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
@@ -71,6 +72,21 @@ def required_step(request) -> str | None:
     if settings.IMPRI_REQUIRE_2FA:
         return "enrol"
     return None
+
+
+def session_passes(user, session) -> bool:
+    """``required_step`` for a session without a request (the live socket)."""
+    if session is None:
+        return False
+    if idp_asserted_mfa(session):
+        return True
+    device_id = session.get(django_otp.DEVICE_ID_SESSION_KEY)
+    device = Device.from_persistent_id(device_id) if isinstance(device_id, str) else None
+    if device is not None and device.user_id == user.pk and device.confirmed:
+        return True
+    if authenticator(user) is not None:
+        return False
+    return not settings.IMPRI_REQUIRE_2FA
 
 
 # --- When the session last passed a second factor ------------------------------------------------
