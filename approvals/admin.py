@@ -235,6 +235,18 @@ class ReviewerAdmin(UserAdmin):
     inlines = [ReviewerTokenInline]
     actions = ["issue_reviewer_token", "reset_two_factor"]
     readonly_fields = ("last_login", "date_joined")
+    list_display = (*UserAdmin.list_display, "two_factor")
+
+    def get_queryset(self, request):
+        from django.db.models import Exists, OuterRef
+        from django_otp.plugins.otp_totp.models import TOTPDevice
+
+        enrolled = TOTPDevice.objects.filter(user=OuterRef("pk"), confirmed=True)
+        return super().get_queryset(request).annotate(has_two_factor=Exists(enrolled))
+
+    @admin.display(boolean=True, description="two-factor", ordering="has_two_factor")
+    def two_factor(self, user) -> bool:
+        return user.has_two_factor
 
     @admin.action(description="Issue a reviewer token (shown once)")
     def issue_reviewer_token(self, request, queryset):

@@ -228,6 +228,18 @@ def test_an_admin_resets_a_reviewers_devices(rita, clock):
     assert event.actor_id == "root" and event.data["user"] == "rita"
 
 
+def test_the_admin_shows_who_has_two_factor_and_never_a_secret(rita):
+    device = enrol(rita.user)
+    User.objects.create_superuser("root", password="root-password")
+    admin = password_login("root")
+    users = admin.get("/admin/auth/user/")
+    assert users.status_code == 200
+    assert "two-factor" in users.content.decode()
+    assert admin.get("/admin/otp_totp/totpdevice/").status_code == 404
+    assert admin.get("/admin/otp_static/staticdevice/").status_code == 404
+    assert device.key not in admin.get(f"/admin/auth/user/{rita.user.pk}/change/").content.decode()
+
+
 # --- Step-up ------------------------------------------------------------------------------------
 
 
