@@ -185,8 +185,7 @@ def _why(kind: str, amount: int, limit: int) -> str:
         )
     if kind == "session":
         return (
-            f"a second factor is needed to approve this action: {figures}; enter a code "
-            "from your authenticator app (it counts for 10 minutes)"
+            f"a second factor from the last 10 minutes is needed to approve this action: {figures}"
         )
     return (
         f"this channel cannot approve this action: {figures}, which needs a second "
