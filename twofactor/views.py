@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
@@ -28,7 +31,7 @@ def manage(request: HttpRequest) -> HttpResponse:
     device = services.authenticator(request.user)
     if device is not None:
         if not services.is_verified(request):
-            return redirect(f"/accounts/2fa/verify/?next={request.path}")
+            return redirect(f"{reverse('twofactor:verify')}?{urlencode({'next': request.path})}")
         context = {
             "device": device,
             "codes_left": services.recovery_codes_left(request.user),
