@@ -204,7 +204,7 @@ class ActionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 class ReviewerTokenInline(admin.TabularInline):
     model = ApiKey
     fk_name = "user"
-    fields = ("prefix", "label", "created_at", "last_used_at", "revoked_at")
+    fields = ("prefix", "label", "is_service", "created_at", "last_used_at", "revoked_at")
     readonly_fields = fields
     extra = 0
     can_delete = False
@@ -237,8 +237,20 @@ class ReviewerAdmin(UserAdmin):
     """Django's user admin, plus reviewer tokens: issued here (shown once), listed, revoked under API keys."""
 
     inlines = [ReviewerTokenInline, SsoIdentityInline]
-    actions = ["issue_reviewer_token"]
+    actions = ["issue_reviewer_token", "reset_two_factor"]
     readonly_fields = ("last_login", "date_joined")
+    list_display = (*UserAdmin.list_display, "two_factor")
+
+    def get_queryset(self, request):
+        from django.db.models import Exists, OuterRef
+        from django_otp.plugins.otp_totp.models import TOTPDevice
+
+        enrolled = TOTPDevice.objects.filter(user=OuterRef("pk"), confirmed=True)
+        return super().get_queryset(request).annotate(has_two_factor=Exists(enrolled))
+
+    @admin.display(boolean=True, description="two-factor", ordering="has_two_factor")
+    def two_factor(self, user) -> bool:
+        return user.has_two_factor
 
     @admin.action(description="Issue a reviewer token (shown once)")
     def issue_reviewer_token(self, request, queryset):
@@ -258,3 +270,16 @@ class ReviewerAdmin(UserAdmin):
         response = TemplateResponse(request, "admin/auth/user/tokens_issued.html", context)
         add_never_cache_headers(response)  # the one time a token is shown: never cached
         return response
+
+    @admin.action(description="Reset two-factor (a lost phone: they enrol again)")
+    def reset_two_factor(self, request, queryset):
+        from twofactor.services import remove_devices
+
+        users = list(queryset.order_by("username"))
+        removed = sum(remove_devices(user) for user in users)  # audited per device
+        self.message_user(
+            request,
+            f"Two-factor reset for {len(users)} user(s); {removed} authenticator(s) removed. "
+            "Their sessions must pass a code again, or enrol afresh when it is required.",
+            messages.SUCCESS,
+        )

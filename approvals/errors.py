@@ -41,6 +41,24 @@ class Forbidden(ImpriError):
     code = "forbidden"
 
 
+class StepUpRequired(Forbidden):
+    """An approval of money at or above ``IMPRI_STEP_UP_CENTS`` without a recent second factor."""
+
+    code = "step_up_required"
+
+    def __init__(self, message: str, *, amount_cents: int, step_up_cents: int):
+        super().__init__(message)
+        self.amount_cents = amount_cents
+        self.step_up_cents = step_up_cents
+
+    def as_dict(self) -> dict:
+        return {
+            **super().as_dict(),
+            "amount_cents": self.amount_cents,
+            "step_up_cents": self.step_up_cents,
+        }
+
+
 class ActionNotFound(ImpriError):
     status_code = 404
     code = "not_found"

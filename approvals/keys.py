@@ -35,7 +35,13 @@ class Principal:
 
 
 def _new_key(
-    kind: str, *, agent: Agent | None = None, user=None, label: str = "", by: str = "system"
+    kind: str,
+    *,
+    agent: Agent | None = None,
+    user=None,
+    label: str = "",
+    by: str = "system",
+    is_service: bool = False,
 ) -> tuple[ApiKey, str]:
     raw = ApiKey.PREFIXES[kind] + random_base62(SECRET_CHARS)
     with transaction.atomic():
@@ -46,6 +52,7 @@ def _new_key(
             prefix=raw[: len(ApiKey.PREFIXES[kind]) + PREFIX_CHARS],
             key_hash=hash_key(raw),
             label=label,
+            is_service=is_service,
         )
         audit.record(
             "key.created",
@@ -55,6 +62,7 @@ def _new_key(
             data={
                 "kind": kind,
                 "prefix": key.prefix,
+                **({"service": True} if is_service else {}),
                 "owner": agent.name if agent else user.get_username(),
                 "owner_ref": f"agent:{agent.pk}" if agent else f"user:{user.pk}",
             },
@@ -74,8 +82,11 @@ def create_agent_key(agent: Agent, *, label: str = "", by: str = "system") -> tu
     return _new_key(ApiKey.Kind.AGENT, agent=agent, label=label, by=by)
 
 
-def create_reviewer_token(user, *, label: str = "", by: str = "system") -> tuple[ApiKey, str]:
-    return _new_key(ApiKey.Kind.REVIEWER, user=user, label=label, by=by)
+def create_reviewer_token(
+    user, *, label: str = "", by: str = "system", is_service: bool = False
+) -> tuple[ApiKey, str]:
+    """A reviewer token; ``is_service`` marks one used by a program (see approvals.stepup)."""
+    return _new_key(ApiKey.Kind.REVIEWER, user=user, label=label, by=by, is_service=is_service)
 
 
 def revoke_key(key: ApiKey, *, by: str = "system") -> None:

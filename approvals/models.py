@@ -93,6 +93,11 @@ class ApiKey(models.Model):
     )
     key_hash = models.CharField(max_length=64, unique=True, editable=False)
     label = models.CharField(max_length=100, blank=True)
+    is_service = models.BooleanField(
+        default=False,
+        help_text="A reviewer token used by a program, not a person: it can never approve "
+        "an amount at or above the step-up threshold (IMPRI_STEP_UP_CENTS).",
+    )
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)

@@ -116,6 +116,10 @@ INSTALLED_APPS = [
     "inbox",
     "gateway",
     "slackapp",
+    "django_otp",
+    "django_otp.plugins.otp_totp",
+    "django_otp.plugins.otp_static",
+    "twofactor",
 ]
 
 MIDDLEWARE = [
@@ -127,6 +131,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django_otp.middleware.OTPMiddleware",  # request.user.otp_device: the device verified
+    "twofactor.middleware.SecondFactorMiddleware",  # a password alone reaches only the code page
     "audit.identity.ActorMiddleware",  # who made an admin change, for the audit log
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
@@ -280,6 +286,16 @@ SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if IMPRI_HTTPS els
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = IMPRI_HTTPS
 SECURE_HSTS_SECONDS = 31_536_000 if IMPRI_HTTPS else 0
 SECURE_REFERRER_POLICY = "same-origin"
+
+# --- Second factor (docs/2fa.md) -------------------------------------------------
+# Every password login must then pass a TOTP code; users without one enrol first.
+IMPRI_REQUIRE_2FA = envbool("IMPRI_REQUIRE_2FA", "false")
+# Approving an amount (the largest ``…_cents`` value of the payload) at or above
+# this needs a second factor from the last 10 minutes; empty: no step-up.
+IMPRI_STEP_UP_CENTS = envint("IMPRI_STEP_UP_CENTS", "0", minimum=0) or None
+OTP_TOTP_ISSUER = "Impri"
+OTP_TOTP_THROTTLE_FACTOR = 1  # each wrong code doubles the wait before the next try
+OTP_STATIC_THROTTLE_FACTOR = 1
 
 
 # Proxies whose X-Forwarded-For is believed (impri.security.client_address); default none.

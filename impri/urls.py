@@ -19,6 +19,7 @@ urlpatterns = [
     # Single sign-on (impri/oidc.py): authenticate/ and callback/; 404 unless configured.
     path("accounts/oidc/", include("mozilla_django_oidc.urls")),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/2fa/", include("twofactor.urls")),
     path("admin/", admin.site.urls),
     path("integrations/slack/", include("slackapp.urls")),
     path("", include("inbox.urls")),

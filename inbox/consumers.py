@@ -16,6 +16,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from approvals import claims, dbexec
 from approvals.events import INBOX_ALL_GROUP, inbox_group
+from twofactor import services as twofactor
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +68,9 @@ class InboxConsumer(AsyncJsonWebsocketConsumer):
         if user is None or not user.is_authenticated or not user.is_active:
             # Closing before accepting refuses the handshake (HTTP 403).
             await self.close(code=NOT_LOGGED_IN)
+            return
+        if not await dbexec.run(twofactor.session_passes, user, self.scope.get("session")):
+            await self.close(code=NOT_LOGGED_IN)  # a password alone: the code page first
             return
         self.joined = await channel_groups_for(user)
         self.joined.append(user_channel_group(user.pk))

@@ -17,16 +17,18 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.middleware import HtmxDetails
 
-from approvals import claims, services
+from approvals import claims, services, stepup
 from approvals.errors import (
     ActionNotFound,
     ActionNotPending,
     Forbidden,
     InvalidInput,
     StalePayload,
+    StepUpRequired,
 )
 from approvals.services import selectors
 from audit.models import AuditEvent
+from twofactor import services as twofactor
 
 from . import charts, csv_export, presenters, queries
 from . import dashboard as dashboard_figures
@@ -137,6 +139,21 @@ def _action_context(request: HttpRequest, action, **forms) -> dict:
         "bounds": {path: presenters.bounds(action, path) for path in action.editable},
         "previous": before,
         "next": after,
+        "stepup": _step_up_prompt(request, action) if pending and not owner else None,
+    }
+
+
+def _step_up_prompt(request: HttpRequest, action) -> dict | None:
+    """Whether the approve form asks for a code: money at the step-up limit, no fresh factor."""
+    if not stepup.needs_step_up(action.payload):
+        return None
+    credential = stepup.Credential("session", verified_at=twofactor.verified_at(request.session))
+    if stepup.is_fresh(credential):
+        return None
+    money = presenters.payload_money(action.payload)
+    return {
+        "limit": presenters.Money(stepup.threshold(), money.currency if money else ""),
+        "enrolled": twofactor.authenticator(request.user) is not None,
     }
 
 
@@ -167,19 +184,25 @@ def decide(request: HtmxHttpRequest, action_id: str) -> HttpResponse:
         return HttpResponse("verdict must be approve, reject or changes", status=400)
     form = form_class(action, request.POST)
     if form.is_valid():
+        code = request.POST.get("stepup-code", "").strip() if verdict == "approve" else ""
+        if code and not twofactor.verify(request, code, step_up=True):
+            return _step_up(request, action, form, "That code is not right, or was already used.")
         try:
             if verdict == "changes":
                 services.request_changes(action.pk, by=request.user, note=form.note_text())
             else:
-                services.decide(
-                    action.pk,
-                    by=request.user,
-                    verdict=verdict,
-                    edits=form.edits(),
-                    note=form.note_text(),
-                    reason=form.reason_code(),
-                    approves_sha256=form.seen_sha256(),
-                )
+                with stepup.via_session(twofactor.verified_at(request.session)):
+                    services.decide(
+                        action.pk,
+                        by=request.user,
+                        verdict=verdict,
+                        edits=form.edits(),
+                        note=form.note_text(),
+                        reason=form.reason_code(),
+                        approves_sha256=form.seen_sha256(),
+                    )
+        except StepUpRequired as error:
+            return _step_up(request, action, form, error.message)
         except InvalidInput as error:
             add_service_error(form, error)
         except ActionNotPending:
@@ -191,6 +214,14 @@ def decide(request: HtmxHttpRequest, action_id: str) -> HttpResponse:
         else:
             return _after_decision(request, action_id, too_late=False)
     context = _action_context(request, action, **{verdict: form})
+    template = "inbox/_action.html" if request.htmx else "inbox/action.html"
+    return render(request, template, context, status=422)
+
+
+def _step_up(request: HtmxHttpRequest, action, form, message: str) -> HttpResponse:
+    """Nothing was approved: the form comes back as sent, asking for a code (422, like a form error)."""
+    context = _action_context(request, action, approve=form)
+    context["stepup_error"] = message
     template = "inbox/_action.html" if request.htmx else "inbox/action.html"
     return render(request, template, context, status=422)
 

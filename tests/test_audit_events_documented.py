@@ -6,8 +6,10 @@ import ast
 import re
 from pathlib import Path
 
+from tests.source import application_trees
+
 ROOT = Path(__file__).resolve().parent.parent
-APP_DIRS = ("impri", "approvals", "audit", "rules", "inbox", "gateway", "slackapp")
+APP_DIRS = tuple(name for name in application_trees() if name not in ("clients", "examples"))
 
 
 def documented() -> set[str]:

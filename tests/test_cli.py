@@ -43,7 +43,17 @@ def test_help_lists_impris_commands_before_djangos(tmp_path):
     assert done.returncode == 0, done.stderr
     out = done.stdout
     ours, _, theirs = out.partition("Django's commands")
-    for command in ("serve", "worker", "beat", "mcp", "createagent", "token", "backup", "rules", "gateway"):
+    for command in (
+        "serve",
+        "worker",
+        "beat",
+        "mcp",
+        "createagent",
+        "token",
+        "backup",
+        "rules",
+        "gateway",
+    ):
         assert f"\n  {command} " in ours, command
     assert "migrate" in theirs and "migrate" not in ours
     assert impri("help", cwd=tmp_path, IMPRI_DATA_DIR=str(tmp_path)).stdout == out

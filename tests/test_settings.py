@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.source import application_trees
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -64,7 +66,7 @@ def test_a_bad_number_fails_loudly_naming_the_variable(tmp_path):
 ENV_READ = re.compile(
     r"""(?:\benv(?:bool|int|float)?\(|environ\.get\(|environ\[|getenv\()\s*["']([A-Z][A-Z0-9_]*)["']"""
 )
-APP_DIRS = ("impri", "approvals", "audit", "rules", "inbox", "gateway", "slackapp")
+APP_DIRS = tuple(name for name in application_trees() if name not in ("clients", "examples"))
 
 
 def variables_read() -> set[str]:

@@ -356,9 +356,7 @@ def test_settling_anywhere_updates_the_message_without_buttons(agent, team, slac
     assert "Too late: this action is already approved by sam" in ephemeral_text(slack)
 
 
-def test_changes_requested_in_the_inbox_updates_the_message_with_the_message(
-    agent, team, slack
-):
+def test_changes_requested_in_the_inbox_updates_the_message_with_the_message(agent, team, slack):
     sam = make_reviewer("sam", "reviewers").user
     action = make_action(agent.agent)
     assert delivery.send_due() == 1

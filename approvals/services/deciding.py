@@ -7,7 +7,7 @@ from django.utils import timezone
 from audit import log as audit
 from audit.models import ActorType
 
-from .. import events
+from .. import events, stepup
 from ..errors import (
     ActionNotFound,
     ActionNotPending,
@@ -59,6 +59,7 @@ def decide(
             "reason", f"must be one of {', '.join(RejectReason.values)}, and only on a rejection"
         )
     _refuse_unstorable(note=note, **{f"edits.{path}": value for path, value in edits.items()})
+    stepup.require(action_id, by=by, verdict=verdict, edits=edits)  # money needs a fresh 2nd factor
     with _atomic():
         # Locked first, checked under the lock: one read of the row, not two.
         action = _lock(action_id)

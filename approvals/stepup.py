@@ -1,0 +1,192 @@
+"""Step-up: approving money at or above ``IMPRI_STEP_UP_CENTS`` needs a fresh second factor.
+
+The policy lives here and runs from ``services.decide`` (one call, before the
+decision's transaction, so a refusal's audit event is kept while nothing else
+happens), so the inbox, REST and any later adapter get the same answer.
+
+The amount is the largest ``…_cents`` value in the payload that would be
+approved (the agent's payload with the reviewer's edits), read as the inbox
+reads money (an integer, or digits as text): an agent cannot slip an amount
+past by nesting it or writing it as text. An approval at or above the
+threshold passes when the caller presents:
+
+* a session (the inbox) whose last second factor is at most ten minutes old
+  (a code from the authenticator app or a recovery code, or MFA asserted by the
+  identity provider at sign-in);
+* an ordinary reviewer token (``impri token USER``): it is the reviewer's own
+  long secret, issued to one person by an administrator, used from their own
+  tools; it has no session to show a code in, and refusing it would take
+  large amounts off the API altogether. Its approvals are audited under the
+  reviewer's name like any other;
+
+and is refused (403 ``step_up_required``, audited ``stepup.refused``) for a
+service token (``impri token USER --service``: a program, not a person) and for
+any channel that presents no credential here (Slack, the shell): those can
+only approve below the threshold.
+
+Adapters say what the caller presented with ``via_session(request)`` or
+``via_token(key)`` around their call to ``decide``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from audit import log as audit
+from audit.identity import user_ref
+from audit.models import ActorType
+
+from .errors import InvalidInput, StepUpRequired
+from .models import Action
+from .money import minor_units
+
+
+@dataclass(frozen=True)
+class Credential:
+    """What the caller of ``decide`` signed in with."""
+
+    kind: str  # "session", "token" or "service_token"
+    verified_at: datetime | None = None  # sessions: when the last second factor passed
+    prefix: str = ""  # tokens: the visible start, for the audit log
+
+
+# How recent a second factor must be for an approval at or above IMPRI_STEP_UP_CENTS.
+STEP_UP_WINDOW = timedelta(minutes=10)
+
+_presented: ContextVar[Credential | None] = ContextVar("impri_stepup_credential", default=None)
+
+
+@contextmanager
+def presenting(credential: Credential) -> Iterator[None]:
+    token = _presented.set(credential)
+    try:
+        yield
+    finally:
+        _presented.reset(token)
+
+
+def via_session(verified_at: datetime | None):
+    """The inbox: a signed-in session, with the time of its last second factor (its caller
+    reads it from the session: ``twofactor.services.verified_at``)."""
+    return presenting(Credential("session", verified_at=verified_at))
+
+
+def via_token(key):
+    """The REST API: a reviewer token, ordinary or marked as a service token."""
+    kind = "service_token" if key.is_service else "token"
+    return presenting(Credential(kind, prefix=key.prefix))
+
+
+def threshold() -> int | None:
+    return settings.IMPRI_STEP_UP_CENTS
+
+
+def amount_cents(payload) -> int | None:
+    """The largest whole amount at a ``…_cents`` key anywhere in the payload."""
+    found = [
+        math.ceil(minor)
+        for key, value in _leaves(payload)
+        if key.endswith("_cents") and (minor := minor_units(value)) is not None
+    ]
+    return max(found) if found else None
+
+
+def _leaves(node, key: str = ""):
+    if isinstance(node, dict):
+        for name, value in node.items():
+            yield from _leaves(value, str(name))
+    elif isinstance(node, list):
+        for value in node:
+            yield from _leaves(value, key)
+    else:
+        yield key, node
+
+
+def needs_step_up(payload) -> bool:
+    limit = threshold()
+    amount = amount_cents(payload)
+    return limit is not None and amount is not None and amount >= limit
+
+
+def is_fresh(credential: Credential | None, now: datetime | None = None) -> bool:
+    if credential is None or credential.kind != "session" or credential.verified_at is None:
+        return False
+    age = (now or timezone.now()) - credential.verified_at
+    return age.total_seconds() >= 0 and age <= STEP_UP_WINDOW
+
+
+def require(action_id: str, *, by, verdict: str, edits: dict | None) -> None:
+    """Refuse an approval at or above the threshold that the caller's credential can't carry.
+
+    Checked before ``decide`` locks the row: a payload changed in between makes
+    ``decide`` refuse the approval anyway (StalePayload), so the figure checked
+    here is the figure approved. Anything ``decide`` itself would refuse (an
+    unknown or settled action, an outsider, an owner, bad edits) is left to it.
+    """
+    limit = threshold()
+    if limit is None or verdict != "approve":
+        return
+    from . import services
+
+    action = Action.objects.select_related("agent").filter(pk=action_id).first()
+    if action is None or action.is_settled or not services.can_review(by, action):
+        return
+    if action.agent.is_owned_by(by):
+        return
+    try:
+        amount = amount_cents(services.apply_edits(action, edits or {}))
+    except InvalidInput:
+        return
+    if amount is None or amount < limit:
+        return
+    credential = _presented.get()
+    if credential is not None and credential.kind == "token":
+        return
+    if is_fresh(credential):
+        return
+    _refuse(action, by, credential, amount, limit)
+
+
+def _refuse(action: Action, by, credential: Credential | None, amount: int, limit: int):
+    kind = credential.kind if credential else "none"
+    with transaction.atomic():
+        audit.record(
+            "stepup.refused",
+            actor_type=ActorType.REVIEWER,
+            actor_id=by.get_username(),
+            actor_ref=user_ref(by),
+            action_id=action.pk,
+            data={
+                "amount_cents": amount,
+                "step_up_cents": limit,
+                "credential": kind,
+                **({"key_prefix": credential.prefix} if credential and credential.prefix else {}),
+            },
+        )
+    raise StepUpRequired(_why(kind, amount, limit), amount_cents=amount, step_up_cents=limit)
+
+
+def _why(kind: str, amount: int, limit: int) -> str:
+    figures = f"{amount} cents is at or above the step-up limit of {limit} cents"
+    if kind == "service_token":
+        return (
+            f"a service token cannot approve this action: {figures} (IMPRI_STEP_UP_CENTS), "
+            "which needs a person with a second factor; approve it in the inbox"
+        )
+    if kind == "session":
+        return (
+            f"a second factor from the last 10 minutes is needed to approve this action: {figures}"
+        )
+    return (
+        f"this channel cannot approve this action: {figures}, which needs a second "
+        "factor; approve it in the inbox"
+    )
