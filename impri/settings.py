@@ -19,7 +19,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from impri import packages
 from impri.logs import logging_config
-from impri.settings_env import env, envbool, envcidrs, envfloat, envint, envnetworks
+from impri.settings_env import env, envbool, envcidrs, envfloat, envint, envnetworks, private
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -33,23 +33,6 @@ DATA_DIR = Path(env("IMPRI_DATA_DIR", str(Path.cwd() / "impri-data"))).resolve()
 
 # Long-running commands that must share SECRET_KEY when several processes share PostgreSQL.
 SHARED_KEY_ROLES = ("serve", "worker", "beat")
-
-
-def _private(path: Path, mode: int, *, directory: bool = False) -> None:
-    """Create ``path`` (if missing) readable by this user only, and tighten it if it is ours.
-
-    The data dir holds the SQLite database (sessions, key hashes) and the secret
-    key: with the default umask both were world-readable.
-    """
-    try:
-        if directory:
-            path.mkdir(mode=mode, parents=True, exist_ok=True)
-        else:
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, mode))
-        if path.stat().st_uid == os.geteuid():
-            path.chmod(mode)
-    except OSError:
-        pass  # a read-only or foreign data dir: the database open reports the real problem
 
 
 def _secret_key() -> str:
@@ -71,7 +54,7 @@ def _secret_key() -> str:
         )
     path = DATA_DIR / "secret_key"
     try:
-        _private(DATA_DIR, 0o700, directory=True)
+        private(DATA_DIR, 0o700, directory=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         return path.read_text().strip()
@@ -204,8 +187,8 @@ if DATABASE_URL:
         }
 else:
     # SQLite creates its -wal and -shm files with the database file's mode.
-    _private(DATA_DIR, 0o700, directory=True)
-    _private(DATA_DIR / "impri.sqlite3", 0o600)
+    private(DATA_DIR, 0o700, directory=True)
+    private(DATA_DIR / "impri.sqlite3", 0o600)
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
@@ -287,17 +270,6 @@ SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = IMPRI_HTTPS
 SECURE_HSTS_SECONDS = 31_536_000 if IMPRI_HTTPS else 0
 SECURE_REFERRER_POLICY = "same-origin"
 
-# --- Second factor (docs/2fa.md) -------------------------------------------------
-# Every password login must then pass a TOTP code; users without one enrol first.
-IMPRI_REQUIRE_2FA = envbool("IMPRI_REQUIRE_2FA", "false")
-# Approving an amount (the largest ``…_cents`` value of the payload) at or above
-# this needs a second factor from the last 10 minutes; empty: no step-up.
-IMPRI_STEP_UP_CENTS = envint("IMPRI_STEP_UP_CENTS", "0", minimum=0) or None
-OTP_TOTP_ISSUER = "Impri"
-OTP_TOTP_THROTTLE_FACTOR = 1  # each wrong code doubles the wait before the next try
-OTP_STATIC_THROTTLE_FACTOR = 1
-
-
 # Proxies whose X-Forwarded-For is believed (impri.security.client_address); default none.
 IMPRI_TRUSTED_PROXIES = envnetworks("IMPRI_TRUSTED_PROXIES")
 
@@ -326,44 +298,12 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 
-# --- Single sign-on (OpenID Connect, docs/sso.md) ------------------------------------
-# Off unless IMPRI_OIDC_ISSUER and IMPRI_OIDC_CLIENT_ID are set. The endpoints come from the
-# issuer's /.well-known/openid-configuration (fetched once, at first use) unless given here.
-IMPRI_OIDC_ISSUER = env("IMPRI_OIDC_ISSUER").strip().rstrip("/")
-IMPRI_OIDC_CLIENT_ID = env("IMPRI_OIDC_CLIENT_ID").strip()
-IMPRI_OIDC_CLIENT_SECRET = env("IMPRI_OIDC_CLIENT_SECRET")
-IMPRI_OIDC_AUTHORIZATION_ENDPOINT = env("IMPRI_OIDC_AUTHORIZATION_ENDPOINT").strip()
-IMPRI_OIDC_TOKEN_ENDPOINT = env("IMPRI_OIDC_TOKEN_ENDPOINT").strip()
-IMPRI_OIDC_USERINFO_ENDPOINT = env("IMPRI_OIDC_USERINFO_ENDPOINT").strip()
-IMPRI_OIDC_JWKS_URI = env("IMPRI_OIDC_JWKS_URI").strip()
-IMPRI_OIDC_SCOPES = env("IMPRI_OIDC_SCOPES", "openid email profile").strip()
-# The claim listing the person's groups; each value names an Impri reviewer group. Unset: SSO
-# never changes group memberships (admins assign them).
-IMPRI_OIDC_GROUPS_CLAIM = env("IMPRI_OIDC_GROUPS_CLAIM").strip()
-# Password login only for staff and superusers (break-glass); everyone else signs in with SSO.
-IMPRI_OIDC_SSO_ONLY = envbool("IMPRI_OIDC_SSO_ONLY", "false")
-IMPRI_OIDC_TIMEOUT_S = envfloat("IMPRI_OIDC_TIMEOUT_S", "10", minimum=0.1)
-IMPRI_OIDC_ENABLED = bool(IMPRI_OIDC_ISSUER and IMPRI_OIDC_CLIENT_ID)
-if bool(IMPRI_OIDC_ISSUER) != bool(IMPRI_OIDC_CLIENT_ID):
-    raise ImproperlyConfigured("IMPRI_OIDC_ISSUER and IMPRI_OIDC_CLIENT_ID go together: set both")
-if IMPRI_OIDC_ENABLED and urlsplit(IMPRI_OIDC_ISSUER).scheme not in ("http", "https"):
-    raise ImproperlyConfigured("IMPRI_OIDC_ISSUER must be an http(s) URL")
-if IMPRI_OIDC_SSO_ONLY and not IMPRI_OIDC_ENABLED:
-    raise ImproperlyConfigured(
-        "IMPRI_OIDC_SSO_ONLY needs IMPRI_OIDC_ISSUER and IMPRI_OIDC_CLIENT_ID (else nobody but "
-        "staff could sign in)"
-    )
+# --- Single sign-on, second factor, Slack app: impri/settings_reviewers.py ------
+from impri.settings_reviewers import *  # noqa: E402, F403
+from impri.settings_reviewers import IMPRI_OIDC_ENABLED  # noqa: E402
+
 if IMPRI_OIDC_ENABLED:
     AUTHENTICATION_BACKENDS.append("impri.oidc.ImpriOIDCBackend")
-# mozilla-django-oidc reads these names; the endpoints are resolved by impri.oidc.
-OIDC_RP_CLIENT_ID = IMPRI_OIDC_CLIENT_ID
-OIDC_RP_CLIENT_SECRET = IMPRI_OIDC_CLIENT_SECRET
-OIDC_RP_SIGN_ALGO = "RS256"
-OIDC_RP_SCOPES = IMPRI_OIDC_SCOPES
-OIDC_USE_PKCE = True
-OIDC_TIMEOUT = IMPRI_OIDC_TIMEOUT_S
-OIDC_AUTHENTICATE_CLASS = "impri.oidc.SsoLoginView"
-OIDC_CALLBACK_CLASS = "impri.oidc.SsoCallbackView"
 OIDC_REDIRECT_REQUIRE_HTTPS = IMPRI_HTTPS
 
 # --- Static files -------------------------------------------------------------
@@ -486,17 +426,6 @@ if IMPRI_AUDIT_VERIFY_EVERY_S:
         "task": "approvals.tasks.verify_audit_chain",
         "schedule": IMPRI_AUDIT_VERIFY_EVERY_S,
     }
-
-# --- Slack app (docs/slack.md) ----------------------------------------------------
-# The bot token posts Block Kit messages with Approve / Edit / Reject buttons to each group's
-# channel (admin); unset: no app messages, and interactivity decides nothing.
-IMPRI_SLACK_BOT_TOKEN = env("IMPRI_SLACK_BOT_TOKEN")
-# Verifies POST /integrations/slack/interactivity; unset: every request there is refused (401).
-IMPRI_SLACK_SIGNING_SECRET = env("IMPRI_SLACK_SIGNING_SECRET")
-# Slack's Web API base URL (tests point it at a local receiver).
-IMPRI_SLACK_API_URL = env("IMPRI_SLACK_API_URL") or "https://slack.com/api/"
-# No approving (or editing) from Slack above this amount, in minor units; the inbox still can.
-IMPRI_SLACK_MAX_APPROVE_CENTS = envint("IMPRI_SLACK_MAX_APPROVE_CENTS", "50000", minimum=0)
 
 # --- Email (notifications) ------------------------------------------------------
 # Without EMAIL_HOST, mail is written to the log instead of being sent.

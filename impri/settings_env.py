@@ -69,3 +69,20 @@ def envcidrs(name: str) -> list[str]:
         except ValueError:
             raise ImproperlyConfigured(f"{name}: {cidr!r} is not an IP network (CIDR)") from None
     return found
+
+
+def private(path: Path, mode: int, *, directory: bool = False) -> None:
+    """Create ``path`` (if missing) readable by this user only, and tighten it if it is ours.
+
+    The data dir holds the SQLite database (sessions, key hashes) and the secret
+    key: with the default umask both were world-readable.
+    """
+    try:
+        if directory:
+            path.mkdir(mode=mode, parents=True, exist_ok=True)
+        else:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, mode))
+        if path.stat().st_uid == os.geteuid():
+            path.chmod(mode)
+    except OSError:
+        pass  # a read-only or foreign data dir: the database open reports the real problem
