@@ -120,34 +120,35 @@ def _own_nodes(scope):
 
 def scan(sources: dict[str, str]) -> tuple[set[str], set[str], list[str]]:
     """(event names, f-string patterns, unresolved call sites) of ``sources``."""
-    modules = [_Module(where, source) for where, source in sources.items()]
+    calls = []  # (module, enclosing function or None, its parameters, call), walked once
+    for module in (_Module(where, source) for where, source in sources.items()):
+        scopes = [(None, node) for node in module.tree.body if not isinstance(node, FUNCTIONS)]
+        scopes += [(function, function) for function in module.functions()]
+        for function, scope in scopes:
+            params = [a.arg for a in function.args.args] if function is not None else []
+            calls += [
+                (module, function, params, node)
+                for node in _own_nodes(scope)
+                if isinstance(node, ast.Call) and node.args
+            ]
     recorders = {"record": 0}  # function name → position of its event parameter
     while True:
         names, patterns, unresolved, passing = set(), set(), [], {}
-        for module in modules:
-            scopes = [(None, node) for node in module.tree.body if not isinstance(node, FUNCTIONS)]
-            scopes += [(function, function) for function in module.functions()]
-            for function, scope in scopes:
-                params = [a.arg for a in function.args.args] if function is not None else []
-                for node in _own_nodes(scope):
-                    if not isinstance(node, ast.Call):
-                        continue
-                    func = node.func
-                    called = (
-                        func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-                    )
-                    position = recorders.get(called)
-                    if position is None or len(node.args) <= position:
-                        continue
-                    argument = node.args[position]
-                    if isinstance(argument, ast.Name) and argument.id in params:
-                        passing[function.name] = params.index(argument.id)
-                        continue
-                    found, found_patterns, ok = _resolve(module, function, argument)
-                    names |= found
-                    patterns |= found_patterns
-                    if not ok:
-                        unresolved.append(f"{module.where}:{node.lineno}: {ast.unparse(argument)}")
+        for module, function, params, node in calls:
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            position = recorders.get(called)
+            if position is None or len(node.args) <= position:
+                continue
+            argument = node.args[position]
+            if isinstance(argument, ast.Name) and argument.id in params:
+                passing[function.name] = params.index(argument.id)
+                continue
+            found, found_patterns, ok = _resolve(module, function, argument)
+            names |= found
+            patterns |= found_patterns
+            if not ok:
+                unresolved.append(f"{module.where}:{node.lineno}: {ast.unparse(argument)}")
         if passing.items() <= recorders.items():
             return names, patterns, unresolved
         recorders |= passing

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,6 +36,7 @@ def settings_in(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.e2e  # a subprocess reads the settings afresh
 def test_without_secret_key_one_is_generated_once_and_kept_private(tmp_path):
     first = settings_in(tmp_path)
     second = settings_in(tmp_path)
@@ -45,16 +49,19 @@ def test_without_secret_key_one_is_generated_once_and_kept_private(tmp_path):
     assert other.stdout.splitlines()[0] != key
 
 
+@pytest.mark.e2e  # a subprocess reads the settings afresh
 def test_secret_key_from_the_environment_wins(tmp_path):
     assert settings_in(tmp_path, SECRET_KEY="from-env").stdout.splitlines()[0] == "from-env"
 
 
+@pytest.mark.e2e  # a subprocess reads the settings afresh
 def test_database_url_switches_to_postgresql(tmp_path):
     out = settings_in(tmp_path, DATABASE_URL="postgres://u:p@db:5432/impri").stdout.splitlines()
     assert out[1] == "django.db.backends.postgresql"
     assert settings_in(tmp_path).stdout.splitlines()[1] == "django.db.backends.sqlite3"
 
 
+@pytest.mark.e2e  # a subprocess reads the settings afresh
 def test_a_bad_number_fails_loudly_naming_the_variable(tmp_path):
     result = settings_in(tmp_path, IMPRI_MAX_BODY_BYTES="lots")
     assert result.returncode != 0
@@ -116,18 +123,15 @@ def _is_file_variant(argument) -> bool:
     )
 
 
-def env_reads() -> tuple[set[str], set[tuple[str, str]]]:
+@functools.cache
+def env_reads() -> tuple[frozenset[str], frozenset[tuple[str, str]]]:
     """(variable names read, (file, function) of reads whose name the scan can't tell)."""
-    trees = {
-        path.relative_to(ROOT).as_posix(): ast.parse(path.read_text())
-        for folder in APP_DIRS
-        for path in (ROOT / folder).rglob("*.py")
-        if "migrations" not in path.parts
-    }
-    readers = {"getenv"}
-    while True:  # until no new function passes its parameter on to a reader
-        names, computed, passing = set(), set(), set()
-        for where, tree in trees.items():
+    nodes = []  # (file, scope, its parameters, its constants, node), walked once
+    for folder in APP_DIRS:
+        for path in (ROOT / folder).rglob("*.py"):
+            if "migrations" in path.parts:
+                continue
+            tree = ast.parse(path.read_text())
             constants = _constants(tree)
             scopes = [tree] + [
                 node
@@ -136,20 +140,29 @@ def env_reads() -> tuple[set[str], set[tuple[str, str]]]:
             ]
             for scope in scopes:
                 params = {a.arg for a in scope.args.args} if scope is not tree else set()
-                for node in _own_nodes(scope):
-                    argument = _name_argument(node, readers)
-                    if argument is None or _is_file_variant(argument):
-                        continue
-                    if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
-                        names.add(argument.value)
-                    elif isinstance(argument, ast.Name) and argument.id in constants:
-                        names.add(constants[argument.id])
-                    elif isinstance(argument, ast.Name) and argument.id in params:
-                        passing.add(scope.name)
-                    else:
-                        computed.add((where, getattr(scope, "name", "<module>")))
+                where = path.relative_to(ROOT).as_posix()
+                nodes += [
+                    (where, scope, params, constants, node)
+                    for node in _own_nodes(scope)
+                    if isinstance(node, ast.Call | ast.Subscript)
+                ]
+    readers = {"getenv"}
+    while True:  # until no new function passes its parameter on to a reader
+        names, computed, passing = set(), set(), set()
+        for where, scope, params, constants, node in nodes:
+            argument = _name_argument(node, readers)
+            if argument is None or _is_file_variant(argument):
+                continue
+            if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
+                names.add(argument.value)
+            elif isinstance(argument, ast.Name) and argument.id in constants:
+                names.add(constants[argument.id])
+            elif isinstance(argument, ast.Name) and argument.id in params:
+                passing.add(scope.name)
+            else:
+                computed.add((where, getattr(scope, "name", "<module>")))
         if passing <= readers:
-            return names - {"DJANGO_SETTINGS_MODULE"}, computed
+            return frozenset(names - {"DJANGO_SETTINGS_MODULE"}), frozenset(computed)
         readers |= passing
 
 
@@ -185,6 +198,7 @@ def test_env_example_lists_every_variable_the_code_reads():
     assert [name for name in sorted(read) if f"`{name}`" not in readme] == []
 
 
+@pytest.mark.e2e  # a subprocess reads the settings afresh
 def test_the_console_script_wraps_manage_py():
     script = Path(sys.executable).parent / "impri"
     assert script.exists(), "install the project (pip install -e .) so the impri script exists"
@@ -208,6 +222,7 @@ def test_serve_makes_full_garbage_collections_rarer(settings):
         gc.set_threshold(*before)
 
 
+@pytest.mark.e2e  # a subprocess reads the settings afresh
 def test_the_data_dir_and_the_sqlite_database_are_private(tmp_path):
     data = tmp_path / "data"
     data.mkdir(mode=0o755)
