@@ -183,13 +183,19 @@ def hosts(monkeypatch):
 # marked without anyone remembering; any other test that starts a process without the
 # mark fails at that moment (the tripwire below), naming the mark it needs.
 
-E2E_IMPORTS = ("tests.live", "tests.client_helpers", "playwright", "mcp.client.stdio")
+# What a module uses to start servers or a browser (the offline helpers beside them don't count).
+E2E_MODULES = ("playwright", "mcp.client.stdio")
 
 
 def _starts_processes(module) -> bool:
+    from tests import client_helpers, live
+
+    starters = (live.Deployment, live.Server, client_helpers.start_live)
     for value in vars(module).values():
-        origin = getattr(value, "__module__", None) or getattr(value, "__name__", "")
-        if isinstance(origin, str) and origin.startswith(E2E_IMPORTS):
+        if any(value is starter for starter in starters):
+            return True
+        origin = getattr(value, "__module__", None)
+        if isinstance(origin, str) and origin.startswith(E2E_MODULES):
             return True
     return False
 
