@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import base64
 import json
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
 
 from tests.live import Deployment, Server
+from tests.waits import eventually
 
 
 @dataclass
@@ -39,17 +38,6 @@ def start_live(**env: str) -> Live:
         deployment.close()
         raise
     return Live(deployment, server, agent_key, reviewer_key)
-
-
-def eventually(predicate: Callable[[], object], timeout: float = 30.0):
-    """Poll until ``predicate()`` answers something truthy; a liveness bound, not a timing."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, "timed out waiting for the condition"
-        time.sleep(0.05)
 
 
 class Reviewer:

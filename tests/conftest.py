@@ -175,3 +175,54 @@ def hosts(monkeypatch):
 
     monkeypatch.setattr(outbound, "getaddrinfo", getaddrinfo)
     return table
+
+
+# --- The fast inner loop: `pytest -m "not e2e"` -----------------------------------------
+# A test that starts servers, subprocesses or a browser is `e2e`. Modules that import
+# the live-server helpers or Playwright are marked whole, here, so a new test there is
+# marked without anyone remembering; any other test that starts a process without the
+# mark fails at that moment (the tripwire below), naming the mark it needs.
+
+# What a module uses to start servers or a browser (the offline helpers beside them don't count).
+E2E_MODULES = ("playwright", "mcp.client.stdio")
+
+
+def _starts_processes(module) -> bool:
+    from tests import client_helpers, live
+
+    starters = (live.Deployment, live.Server, client_helpers.start_live)
+    for value in vars(module).values():
+        if any(value is starter for starter in starters):
+            return True
+        origin = getattr(value, "__module__", None)
+        if isinstance(origin, str) and origin.startswith(E2E_MODULES):
+            return True
+    return False
+
+
+def pytest_collection_modifyitems(config, items):
+    seen: dict[object, bool] = {}
+    for item in items:
+        module = getattr(item, "module", None)
+        if module is None:
+            continue
+        if module not in seen:
+            seen[module] = _starts_processes(module)
+        if seen[module] and item.get_closest_marker("e2e") is None:
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(autouse=True)
+def _processes_only_in_e2e(request, monkeypatch):
+    if request.node.get_closest_marker("e2e") is not None:
+        return
+    import subprocess
+
+    def refuse(self, args, *rest, **kwargs):
+        pytest.fail(
+            f"{request.node.nodeid} starts a process ({args!r}): mark it @pytest.mark.e2e "
+            "so the fast loop (pytest -m 'not e2e') leaves it out",
+            pytrace=False,
+        )
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse)

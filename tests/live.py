@@ -41,6 +41,8 @@ class Deployment:
         self.env.update(
             IMPRI_DATA_DIR=str(self.data_dir),
             SECRET_KEY="e2e-" + secrets.token_hex(16),
+            # /metrics on: tests wait on its impri_waiters gauge (tests.waits.until_server_waits).
+            IMPRI_METRICS_TOKEN="e2e-metrics-" + secrets.token_hex(8),
             PYTHONPATH=str(ROOT),
             PYTHONUNBUFFERED="1",
         )
@@ -99,6 +101,7 @@ class Server:
     def __init__(self, deployment: Deployment, *, migrate: bool, env: dict):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.metrics_token = {**deployment.env, **env}["IMPRI_METRICS_TOKEN"]
         args = [sys.executable, "-m", "impri", "serve", "--port", str(self.port)]
         if not migrate:
             args.append("--no-migrate")
@@ -122,7 +125,7 @@ class Server:
                     return
             except httpx.TransportError:
                 pass
-            time.sleep(0.1)
+            time.sleep(0.1)  # another process starting: a bounded poll, nothing to await
         raise RuntimeError(f"impri serve did not come up in {timeout}s:\n{self.output()}")
 
     def output(self) -> str:

@@ -30,7 +30,12 @@ def test_reviewer_approves_unchanged(action, rita):
 
 
 def test_approve_needs_no_body(action, rita):
-    assert rita.client().post(f"/actions/{action.pk}/approve").status_code == 200
+    response = rita.client().post(f"/actions/{action.pk}/approve")
+    assert response.status_code == 200, response.content
+    assert response.json()["status"] == "approved"
+    action.refresh_from_db()
+    assert action.status == ActionStatus.APPROVED
+    assert action.note == ""
 
 
 def test_reviewer_edits_an_editable_field_and_approves(action, rita):
@@ -38,7 +43,9 @@ def test_reviewer_edits_an_editable_field_and_approves(action, rita):
         f"/actions/{action.pk}/approve", {"edits": {"payload.amount_cents": 5000}}
     )
     assert response.status_code == 200, response.content
+    assert response.json()["status"] == "approved"
     action.refresh_from_db()
+    assert action.status == ActionStatus.APPROVED
     assert action.payload["amount_cents"] == 5000
     assert action.original_payload["amount_cents"] == 8400
     assert action.payload["currency"] == "USD"
@@ -51,9 +58,9 @@ def test_an_edit_to_the_same_value_is_not_an_edit(action, rita):
     response = rita.client().post(
         f"/actions/{action.pk}/approve", {"edits": {"payload.amount_cents": 8400}}
     )
-    assert response.status_code == 200
+    assert response.status_code == 200, response.content
     action.refresh_from_db()
-    assert action.status == "approved"
+    assert action.status == ActionStatus.APPROVED
     assert action.edited_by_human is False
     assert not AuditEvent.objects.filter(action_id=action.pk, event="action.edited").exists()
 
@@ -90,6 +97,7 @@ def test_editable_list_items_keep_their_type(agent, rita):
     )
     assert response.status_code == 200, response.content
     action.refresh_from_db()
+    assert action.status == ActionStatus.APPROVED
     assert action.payload == {"lines": [{"sku": "MUG", "qty": 1}]}
 
 

@@ -11,6 +11,9 @@ from audit import log as audit_log
 from audit.models import AuditEvent
 from tests.factories import make_action
 
+# Service tests: no test-case transaction around the code (tests/test_service_transactions.py).
+pytestmark = pytest.mark.django_db(transaction=True)
+
 
 def test_the_lifecycle_leaves_a_verifiable_trail(agent, rita):
     action = make_action(agent.agent)

@@ -317,6 +317,7 @@ def test_a_chain_written_before_the_cut_over_still_verifies(agent, rita):
     assert "scheme goes back" in result.problem
 
 
+@pytest.mark.e2e  # runs the auditors' script as a subprocess
 def test_the_auditors_script_in_the_docs_verifies_an_export(agent, rita, tmp_path):
     import re
     import subprocess

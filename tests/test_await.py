@@ -11,6 +11,7 @@ from django.test import override_settings
 from approvals import services
 from approvals.services import waiting
 from tests.factories import make_action
+from tests.waits import parked, until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -26,13 +27,9 @@ async def start_waiter(action, agent, timeout_s=20.0, **kw) -> asyncio.Task:
     task = asyncio.create_task(
         services.await_decision(action.pk, agent=agent, timeout_s=timeout_s, **kw)
     )
-    # Registered with the hub means a decision from now on wakes it.
-    for _ in range(200):
-        if waiting.waiting() and not task.done():
-            break
-        await asyncio.sleep(0.01)
-    assert waiting.waiting(), "the waiter never registered with the hub"
-    assert not task.done()
+    # Blocked in the hub (joined, first read done): a decision from now on must wake it.
+    await until(lambda: parked(action.pk) or task.done())
+    assert not task.done(), task.result()
     return task
 
 

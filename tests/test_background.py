@@ -21,6 +21,10 @@ from audit.models import AuditEvent
 from tests.conftest import make_reviewer
 from tests.factories import install_rules, make_action, refund
 
+# Service tests: no test-case transaction around the code (tests/test_service_transactions.py).
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
 ESCALATING = """
 rules:
   - name: payments

@@ -10,6 +10,11 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
+# Every test here runs `impri` (or python) as a subprocess.
+pytestmark = pytest.mark.e2e
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

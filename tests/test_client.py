@@ -28,8 +28,9 @@ from impri_client import (
     gated,
 )
 
-from tests.client_helpers import eventually, start_live
+from tests.client_helpers import start_live
 from tests.factories import refund_body
+from tests.waits import eventually
 
 pytestmark = pytest.mark.e2e
 

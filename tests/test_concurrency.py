@@ -137,7 +137,7 @@ def test_a_reviewer_racing_an_escalation_is_judged_by_the_group_that_wins(agent,
                 Action.objects.filter(pk=action.pk).update(review_group=managers)
                 locked.set()
                 assert deciding.wait(10)
-                _until_blocked_on_a_lock()
+                _until_blocked_on_a_lock(outcome["decider"])
         finally:
             connection.close()
 
@@ -146,6 +146,7 @@ def test_a_reviewer_racing_an_escalation_is_judged_by_the_group_that_wins(agent,
             deciding.set()
             return execute(sql, params, many, context)
 
+        outcome["decider"] = threading.get_native_id()
         try:
             assert locked.wait(10)
             with connection.execute_wrapper(signal):
@@ -169,20 +170,30 @@ def test_a_reviewer_racing_an_escalation_is_judged_by_the_group_that_wins(agent,
     assert not AuditEvent.objects.filter(action_id=action.pk, event="action.approved").exists()
 
 
-def _until_blocked_on_a_lock(timeout: float = 10) -> None:
-    """Hold on until the other session waits for our lock (PostgreSQL shows it; SQLite can't)."""
+def _until_blocked_on_a_lock(decider: int, timeout: float = 10) -> None:
+    """Hold on until the other session waits for our lock.
+
+    PostgreSQL lists the waiting lock; SQLite's writer waits in its busy handler,
+    which sleeps: the deciding thread (native id ``decider``) shows a sleep syscall.
+    """
     import time
+    from pathlib import Path
 
     from django.db import connection
 
-    if connection.vendor != "postgresql":
-        time.sleep(0.3)  # SQLite's writer waits inside its busy handler, invisible to us
-        return
     deadline = time.monotonic() + timeout
-    with connection.cursor() as cursor:
+    if connection.vendor != "postgresql":
+        syscall = Path(f"/proc/self/task/{decider}/syscall")
         while time.monotonic() < deadline:
-            cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
-            if cursor.fetchone()[0]:
+            # nanosleep, clock_nanosleep (x86_64): sqlite3_sleep() in the busy handler
+            if syscall.read_text().split(" ", 1)[0] in {"35", "230"}:
                 return
-            time.sleep(0.02)
+            time.sleep(0.005)  # a bounded poll of another thread's state
+    else:
+        with connection.cursor() as cursor:
+            while time.monotonic() < deadline:
+                cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+                if cursor.fetchone()[0]:
+                    return
+                time.sleep(0.02)  # a bounded poll of another session's state
     raise AssertionError("the decision never waited for the escalation's lock")

@@ -10,6 +10,7 @@ import pytest
 from tests.conftest import SCALED
 from tests.factories import refund_body
 from tests.live import Deployment
+from tests.waits import until_server_waits
 
 pytestmark = pytest.mark.e2e
 
@@ -64,7 +65,7 @@ def test_seed_refund_flow_end_to_end(server, keys):
 
     waiter = Waiter(server, keys["agent"], action["action_id"], timeout_s=20)
     waiter.start()
-    time.sleep(0.5)  # let the waiter block first; the test is about being woken, not about racing
+    until_server_waits(server)  # the test is about being woken, not about the first read
     assert waiter.is_alive()
 
     approved = server.client(keys["rita"]).post(
@@ -125,7 +126,8 @@ def test_waiter_wakes_on_rejection(server, keys):
     action = push(server, keys["agent"])
     waiter = Waiter(server, keys["agent"], action["action_id"], timeout_s=20)
     waiter.start()
-    time.sleep(0.5)
+    until_server_waits(server)
+    assert waiter.is_alive()
     server.client(keys["rita"]).post(
         f"/actions/{action['action_id']}/reject", json={"note": "not our fault"}
     )
@@ -203,7 +205,8 @@ def test_a_decision_in_another_process_wakes_the_waiter(pair):
     action = push(first, agent_key)
     waiter = Waiter(first, agent_key, action["action_id"], timeout_s=20)
     waiter.start()
-    time.sleep(0.5)
+    until_server_waits(first)
+    assert waiter.is_alive()
     response = second.client(rita).post(
         f"/actions/{action['action_id']}/approve",
         json={"edits": {"payload.amount_cents": 4200}},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 import time_machine
 from django.utils import timezone
 
@@ -11,6 +12,9 @@ from approvals import services
 from approvals.models import Action, ActionStatus
 from audit.models import AuditEvent
 from tests.factories import make_action
+
+# Service tests: no test-case transaction around the code (tests/test_service_transactions.py).
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def later(seconds: int):

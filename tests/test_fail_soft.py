@@ -12,6 +12,10 @@ from rules import services as rule_services
 from tests.conftest import ApiClient
 from tests.factories import make_action
 
+# Service tests: no test-case transaction around the code (tests/test_service_transactions.py).
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
 DEAD_CACHE_PARAMS = {"OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5}}
 
 ROUTES = [

@@ -231,6 +231,7 @@ def test_the_inbox_shows_gateway_tool_and_arguments(payments, agent, rita):
     assert "<b>A1</b>" not in body  # agent text is escaped
 
 
+@pytest.mark.e2e  # starts stdio upstreams as subprocesses
 def test_the_scheduled_refresh_asks_the_upstream_and_records_when_it_is_away(db, tmp_path):
     import sys
 

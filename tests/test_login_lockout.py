@@ -20,18 +20,35 @@ def _small_limit(settings):
     settings.AXES_FAILURE_LIMIT = 3
 
 
-def _login(password: str, *, username: str = "rita", address: str = "203.0.113.7", **extra):
-    return Client().post(
+def _login(
+    password: str,
+    *,
+    username: str = "rita",
+    address: str = "203.0.113.7",
+    client: Client | None = None,
+    **extra,
+):
+    return (client or Client()).post(
         LOGIN, {"username": username, "password": password}, REMOTE_ADDR=address, **extra
     )
 
 
 def test_guessing_locks_the_username_from_that_address_even_for_the_right_password(rita):
     assert [_login("wrong").status_code for _ in range(3)] == [200, 200, 429]
-    locked = _login("rita-password")
+    browser = Client()
+    locked = _login("rita-password", client=browser)
     assert locked.status_code == 429
     assert int(locked["Retry-After"]) == 900
-    assert "_auth_user_id" not in locked.wsgi_request.session
+    # The browser that sent the right password is not logged in: no session came back,
+    # and the inbox still sends it to the login page.
+    assert "sessionid" not in locked.cookies
+    assert "_auth_user_id" not in browser.session
+    assert browser.get("/inbox/", REMOTE_ADDR="203.0.113.7").status_code == 302
+    assert not AuditEvent.objects.filter(event="reviewer.login").exists()
+    # The same browser from an address that did not guess logs in: the lock was the refusal.
+    assert _login("rita-password", address="198.51.100.9", client=browser).status_code == 302
+    assert browser.session["_auth_user_id"] == str(rita.user.pk)
+    assert browser.get("/inbox/", REMOTE_ADDR="198.51.100.9").status_code == 200
 
 
 def test_the_same_username_from_another_address_still_logs_in(rita):

@@ -26,6 +26,7 @@ from tests.conftest import SCALED
 from tests.contract import SEED_DETAIL, check_grant, check_reported, check_seed_decision
 from tests.factories import REFUND, refund_body
 from tests.live import Deployment
+from tests.waits import server_waiters, until_server_idle, until_server_waits
 
 pytestmark = pytest.mark.e2e
 
@@ -169,9 +170,11 @@ async def test_a_waiter_is_woken_by_an_edit_and_approve_over_rest(server, keys, 
             )
             outcome["result"], outcome["at"] = result, time.monotonic()
 
+        before = await anyio.to_thread.run_sync(server_waiters, server)
         async with anyio.create_task_group() as tg:
             tg.start_soon(wait)
-            await anyio.sleep(0.5)  # let the waiter block first
+            # Decide only once the server holds the wait: the test is about the wake.
+            await anyio.to_thread.run_sync(until_server_waits, server, before + 1)
             assert not outcome
             approved = await anyio.to_thread.run_sync(
                 lambda: server.client(keys["rita"]).post(
@@ -315,12 +318,15 @@ async def test_an_abandoned_wait_leaves_the_action_pending(server, keys, mode):
                 "impri_await_decision", {"action_id": action_id, "timeout_s": 20}
             )
 
+    before = await anyio.to_thread.run_sync(server_waiters, server)
     async with anyio.create_task_group() as tg:
         tg.start_soon(wait_then_hang_up)
-        await anyio.sleep(1)
+        await anyio.to_thread.run_sync(until_server_waits, server, before + 1)
         tg.cancel_scope.cancel()  # the agent gives up and goes away mid-wait
 
-    if SCALED:
+    # The server lets go of the wait (its gauge falls back), on either leg...
+    await anyio.to_thread.run_sync(until_server_idle, server, before)
+    if SCALED:  # ...and of the action's group on the shared Redis.
         assert wait_until_nobody_listens(action_id) == 0, (
             "the server kept waiting after the hang-up"
         )
@@ -361,7 +367,7 @@ async def test_sigterm_answers_open_waits_pending_and_daphne_exits(deployment, s
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(wait)
-        await anyio.sleep(1)
+        await anyio.to_thread.run_sync(until_server_waits, doomed)  # the wait is open
         started = time.monotonic()
         doomed.process.terminate()
         returncode = await anyio.to_thread.run_sync(doomed.process.wait, 20)
@@ -416,20 +422,31 @@ async def test_a_decision_over_http_reaches_the_stdio_waiter(deployment, server,
     # With Redis the message crosses processes, so the re-read can be slow (30 s); with the
     # in-memory layer only the re-read (every 1 s here) can find the decision.
     reread = "30" if SCALED else "1"
-    async with stdio(deployment, keys["agent"], IMPRI_AWAIT_REREAD_S=reread) as client:
+    # The stdio process has no /metrics: its first progress notification, sent from the
+    # wait loop after the first read, shows the wait is open.
+    async with stdio(
+        deployment, keys["agent"], IMPRI_AWAIT_REREAD_S=reread, IMPRI_MCP_PROGRESS_EVERY_S="0.2"
+    ) as client:
         action_id = (await push(client))["action_id"]
         outcome = {}
+        waiting = anyio.Event()
+
+        async def on_progress(*_):
+            waiting.set()
 
         async def wait():
             started = time.monotonic()
             result = await client.call_tool(
-                "impri_await_decision", {"action_id": action_id, "timeout_s": 20}
+                "impri_await_decision",
+                {"action_id": action_id, "timeout_s": 20},
+                progress_callback=on_progress,
             )
             outcome["result"], outcome["elapsed"] = result, time.monotonic() - started
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(wait)
-            await anyio.sleep(0.5)
+            with anyio.fail_after(30):
+                await waiting.wait()
             assert not outcome
             response = await anyio.to_thread.run_sync(
                 lambda: server.client(keys["rita"]).post(

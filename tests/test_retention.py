@@ -21,7 +21,8 @@ def _public_callback_host(hosts):
     hosts["agent.example.com"] = ["93.184.215.14"]  # a public address, never contacted here
 
 
-pytestmark = pytest.mark.django_db
+# Service tests: no test-case transaction around the code (tests/test_service_transactions.py).
+pytestmark = pytest.mark.django_db(transaction=True)
 
 DAYS = 30
 

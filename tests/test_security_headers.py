@@ -71,6 +71,7 @@ HTTPS_PROBE = (
 )
 
 
+@pytest.mark.e2e  # a subprocess reads the settings afresh
 @pytest.mark.parametrize(
     ("env", "https"),
     [

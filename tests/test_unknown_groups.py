@@ -20,6 +20,10 @@ from rules import services as rule_services
 from rules.models import Rule, RuleSet
 from tests.factories import make_action
 
+# Service tests: no test-case transaction around the code (tests/test_service_transactions.py).
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
 TYPO = "rules: [{name: leads, kind: 'payment.*', then: review, group: suport-leads}]"
 ESCALATION_TYPO = (
     "rules: [{name: leads, kind: 'payment.*', then: review, group: reviewers,"

@@ -18,7 +18,7 @@ from approvals.services import waiting
 from audit import log as audit
 from audit.models import AuditEvent
 from tests.factories import make_action
-from tests.waits import until
+from tests.waits import until_parked
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -37,8 +37,8 @@ async def test_many_waiters_hold_no_thread_each_and_all_wake(agent, rita):
         asyncio.create_task(services.await_decision(a.pk, agent=agent.agent, timeout_s=30))
         for a in actions
     ]
-    await until(lambda: waiting.waiting() == len(actions))
-    await asyncio.sleep(0.2)  # every waiter has done its one read by now, and idles
+    # Every waiter has done its one read and idles in the hub.
+    await until_parked(count=len(actions), timeout=30)
     # 120 open waits; the threads are the pool's (two lanes), not one per wait.
     assert threading.active_count() - threads_before <= 2 * dbexec.settings.IMPRI_DB_THREADS
     for action in actions:
@@ -66,7 +66,7 @@ async def test_with_the_layer_down_the_batched_reread_wakes_every_waiter(agent, 
         asyncio.create_task(services.await_decision(a.pk, agent=agent.agent, timeout_s=30))
         for a in actions
     ]
-    await until(lambda: waiting.waiting() == len(actions))
+    await until_parked(count=len(actions))
     hub = waiting.hub()
     assert not hub.layer_ok
     for action in actions:
@@ -80,7 +80,7 @@ async def test_with_the_layer_down_the_batched_reread_wakes_every_waiter(agent, 
 async def test_closing_the_hub_answers_open_waits_with_pending_at_once(agent):
     action = await sync_to_async(make_action)(agent.agent)
     wait = asyncio.create_task(services.await_decision(action.pk, agent=agent.agent, timeout_s=60))
-    await until(lambda: waiting.waiting() == 1)
+    await until_parked(action.pk)
     started = time.monotonic()
     waiting.hub().close()
     result = await asyncio.wait_for(wait, 5)

@@ -664,7 +664,7 @@ async def test_a_held_sqlite_write_does_not_delay_other_agents_mcp_reads(stacks)
         locked_at = time.monotonic()
 
         async def release() -> None:
-            await asyncio.sleep(HOLD_S)
+            await asyncio.sleep(HOLD_S)  # the subject: how long another writer holds the lock
             lock.execute("ROLLBACK")
 
         releaser = asyncio.create_task(release())
