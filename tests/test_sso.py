@@ -269,12 +269,14 @@ def test_an_expired_id_token_is_refused(signed):
 # --- Configuration -----------------------------------------------------------------------
 
 
+@pytest.mark.e2e  # a subprocess reads the settings afresh
 def test_half_an_sso_configuration_fails_loudly(tmp_path):
     result = settings_in(tmp_path, IMPRI_OIDC_ISSUER="https://id.example.com")
     assert result.returncode != 0
     assert "IMPRI_OIDC_ISSUER and IMPRI_OIDC_CLIENT_ID go together" in result.stderr
 
 
+@pytest.mark.e2e  # a subprocess reads the settings afresh
 def test_sso_only_without_sso_fails_loudly(tmp_path):
     result = settings_in(tmp_path, IMPRI_OIDC_SSO_ONLY="true")
     assert result.returncode != 0
