@@ -140,6 +140,10 @@ def mallory(db) -> Persona:
 def _fast_password_hashing(settings):
     # Personas get real passwords; PBKDF2's deliberate slowness buys nothing in tests.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    # Every test Client loads the middleware afresh, and WhiteNoise would index every static
+    # file (the admin's included) each time: look files up per request instead, as in DEBUG.
+    # Live servers (e2e) serve with the index as in production.
+    settings.WHITENOISE_AUTOREFRESH = True
 
 
 @pytest.fixture
