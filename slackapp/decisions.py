@@ -20,22 +20,34 @@ from django.contrib.auth import get_user_model
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
-from approvals import services
+from approvals import services, stepup
 from approvals.errors import ActionNotPending, Forbidden, InvalidInput, StalePayload
 from approvals.models import Action
+from approvals.money import Money, iso_currency
+from approvals.notify import slack_escape
 from approvals.presenters import inbox_url
 from audit import log as audit
-from inbox.presenters import Money, iso_currency, payload_money
 
 from .models import SlackUserLink
 
 logger = logging.getLogger(__name__)
 
 
-def over_limit(action: Action) -> bool:
-    """True when the action's amount is above what may be approved from Slack."""
-    money = payload_money(action.payload)
-    return money is not None and money.minor > settings.IMPRI_SLACK_MAX_APPROVE_CENTS
+def over_limit(action: Action, edits: dict | None = None) -> bool:
+    """True when the payload Slack would approve carries an amount above the Slack limit.
+
+    The amount is read as step-up reads it (``approvals.stepup.amount_cents``: the largest
+    ``…_cents`` value anywhere in the payload, nested or under any name), and after the
+    reviewer's edits: an edit that raises the figure is checked, not the figure before it.
+    """
+    payload = action.payload
+    if edits:
+        try:
+            payload = services.apply_edits(action, edits)
+        except InvalidInput:
+            return False  # the service refuses the edits itself, naming the field
+    amount = stepup.amount_cents(payload)
+    return amount is not None and amount > settings.IMPRI_SLACK_MAX_APPROVE_CENTS
 
 
 def limit_text(action: Action) -> str:
@@ -78,7 +90,12 @@ def reviewer_for(slack_user_id: str, client: WebClient):
     if not email:
         return None
     matches = list(User.objects.filter(email__iexact=email, is_active=True)[:2])
-    return matches[0] if len(matches) == 1 else None
+    if len(matches) != 1:
+        return None
+    # Staff and superusers (a superuser reviews every group) are mapped by an explicit link
+    # only: whoever can set a Slack profile's e-mail must not become an Impri administrator.
+    found = matches[0]
+    return None if found.is_staff or found.is_superuser else found
 
 
 # --- Outcomes ----------------------------------------------------------------------------
@@ -94,7 +111,8 @@ class Outcome:
     field: str = ""  # for a modal: the edited path the problem is about
 
     def mrkdwn(self) -> str:
-        return f"{self.text} <{self.link}|Open it in Impri>." if self.link else self.text
+        text = slack_escape(self.text)  # it may quote an agent's or a reviewer's name
+        return f"{text} <{self.link}|Open it in Impri>." if self.link else text
 
     def plain(self) -> str:
         return f"{self.text} Open it in Impri: {self.link}" if self.link else self.text
@@ -104,7 +122,7 @@ def refused(action: Action, why: str) -> Outcome:
     return Outcome(False, why, link=inbox_url(action))
 
 
-def check(action: Action | None, user, verdict: str) -> Outcome | None:
+def check(action: Action | None, user, verdict: str, edits: dict | None = None) -> Outcome | None:
     """Why Slack may not take this decision from this member, or None when it may."""
     if action is None:
         return Outcome(False, "")  # no such action: nothing to say, nothing decided
@@ -120,7 +138,7 @@ def check(action: Action | None, user, verdict: str) -> Outcome | None:
             f"You ({user.get_username()}) are not a reviewer in the group this action is "
             "routed to, so nothing was decided.",
         )
-    if verdict == "approve" and over_limit(action):
+    if verdict == "approve" and over_limit(action, edits):
         return refused(
             action,
             f"This action is above {limit_text(action)}, the most that may be approved from "
@@ -152,7 +170,7 @@ def decide(
     """Map the member, check what Slack adds, and decide through the service."""
     action = Action.objects.select_related("agent").filter(pk=action_id).first()
     user = reviewer_for(slack_user_id, client) if action is not None else None
-    problem = check(action, user, verdict)
+    problem = check(action, user, verdict, edits)
     if problem is not None:
         return problem
     try:

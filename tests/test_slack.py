@@ -281,6 +281,41 @@ def test_an_amount_above_the_slack_limit_is_approved_in_the_inbox_only(
     assert Action.objects.get(pk=at_limit.pk).status == ActionStatus.APPROVED
 
 
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"order_id": "9", "refund": {"amount_cents": 5_000_000}, "currency": "USD"},
+        {"order_id": "9", "total_cents": 5_000_000, "currency": "USD"},
+    ],
+    ids=["nested", "another name"],
+)
+def test_the_slack_limit_reads_every_cents_figure_as_step_up_does(
+    agent, team, slack, settings, payload
+):
+    settings.IMPRI_SLACK_MAX_APPROVE_CENTS = 50000
+    action = make_action(agent.agent, payload=payload, editable=[])
+    assert "approve" not in [e["action_id"] for e in buttons(posted_message(slack))["elements"]]
+    assert click(action, "approve").status_code == 200
+    assert Action.objects.get(pk=action.pk).status == ActionStatus.PENDING
+    assert "the most that may be approved from Slack" in ephemeral_text(slack)
+
+
+def test_a_staff_account_is_never_mapped_by_e_mail(agent, slack, db):
+    boss = make_reviewer("boss", "reviewers").user
+    boss.email, boss.is_staff = "boss@example.com", True
+    boss.save()
+    SlackChannel.objects.create(group=Group.objects.get(name="reviewers"), channel=CHANNEL)
+    slack.member("U0BOSS", "boss@example.com")
+    action = make_action(agent.agent)
+    assert click(action, "approve", user="U0BOSS").status_code == 200
+    assert Action.objects.get(pk=action.pk).status == ActionStatus.PENDING
+    assert "not linked to an Impri reviewer" in ephemeral_text(slack)
+    # An explicit link in admin maps the account.
+    SlackUserLink.objects.create(slack_user_id="U0BOSS", user=boss)
+    assert click(action, "approve", user="U0BOSS").status_code == 200
+    assert Action.objects.get(pk=action.pk).status == ActionStatus.APPROVED
+
+
 def submit_edit(view: dict, value: str, user: str = "U0RITA", note: str = ""):
     return post(
         {
