@@ -44,6 +44,7 @@ logger = logging.getLogger(__name__)
 
 SESSION_AMR = "impri_amr"
 SESSION_METHOD = "impri_login_method"
+SESSION_AUTH_TIME = "impri_auth_time"  # the IdP's auth_time: when its MFA happened (step-up)
 ENDPOINTS = ("authorization_endpoint", "token_endpoint", "userinfo_endpoint", "jwks_uri")
 
 _lock = threading.Lock()
@@ -176,6 +177,9 @@ class ImpriOIDCBackend(OIDCAuthenticationBackend):
             return None
         amr = payload.get("amr")
         user.impri_amr = [str(a) for a in amr] if isinstance(amr, list) else []
+        auth_time = payload.get("auth_time")
+        valid = isinstance(auth_time, int | float) and not isinstance(auth_time, bool)
+        user.impri_auth_time = auth_time if valid else None
         return user
 
 
@@ -213,6 +217,7 @@ class SsoCallbackView(OIDCAuthenticationCallbackView):
     def login_success(self):
         response = super().login_success()
         self.request.session[SESSION_AMR] = getattr(self.user, "impri_amr", [])
+        self.request.session[SESSION_AUTH_TIME] = getattr(self.user, "impri_auth_time", None)
         self.request.session[SESSION_METHOD] = "oidc"
         return response
 

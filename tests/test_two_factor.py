@@ -15,6 +15,7 @@ import time_machine
 from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.test import Client
+from django.utils import timezone
 from django_otp.oath import totp
 from django_otp.plugins.otp_static.models import StaticToken
 from django_otp.plugins.otp_totp.models import TOTPDevice
@@ -198,6 +199,35 @@ def test_mfa_asserted_by_the_identity_provider_skips_the_code(rita):
     session["impri_amr"] = ["pwd"]
     session.save()
     assert single.get("/inbox/").status_code == 302
+
+
+def test_the_providers_mfa_counts_for_step_up_only_from_when_it_happened(rita, clock):
+    from approvals.stepup import STEP_UP_WINDOW
+    from twofactor import services as twofactor
+
+    long_ago = password_login("rita")
+    session = long_ago.session
+    session["impri_amr"] = ["pwd", "mfa"]
+    session["impri_auth_time"] = (timezone.now() - STEP_UP_WINDOW * 3).timestamp()
+    session.save()
+    assert long_ago.get("/inbox/").status_code == 200  # no code asked at login
+    stamped = twofactor.verified_at(long_ago.session)
+    assert stamped is not None and timezone.now() - stamped > STEP_UP_WINDOW  # not fresh
+
+    unsaid = password_login("rita")
+    session = unsaid.session
+    session["impri_amr"] = ["pwd", "mfa"]
+    session.save()
+    assert unsaid.get("/inbox/").status_code == 200
+    assert twofactor.verified_at(unsaid.session) is None  # no auth_time: no step-up credit
+
+    just_now = password_login("rita")
+    session = just_now.session
+    session["impri_amr"] = ["pwd", "mfa"]
+    session["impri_auth_time"] = timezone.now().timestamp()
+    session.save()
+    just_now.get("/inbox/")
+    assert timezone.now() - twofactor.verified_at(just_now.session) <= STEP_UP_WINDOW
 
 
 def test_turning_it_off_needs_a_code_and_is_audited(rita, clock):

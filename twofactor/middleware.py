@@ -58,7 +58,11 @@ class SecondFactorMiddleware(DualModeMiddleware):
             services.idp_asserted_mfa(request.session)
             and services.verified_at(request.session) is None
         ):
-            services.stamp(request.session)
+            # The provider's MFA counts for step-up from when it happened (auth_time), not
+            # from now: a silent re-login on a provider session hours old is no fresh factor.
+            authenticated = services.idp_auth_time(request.session)
+            if authenticated is not None:
+                services.stamp(request.session, authenticated)
         step = services.required_step(request)
         if step is None:
             return None

@@ -32,6 +32,7 @@ from audit.models import ActorType
 RECOVERY_CODES = 10
 SESSION_AT = "impri_2fa_at"  # when this session last passed a second factor (epoch seconds)
 SESSION_AMR = "impri_amr"  # the IdP's amr claim, stored by the SSO login
+SESSION_AUTH_TIME = "impri_auth_time"  # the IdP's auth_time claim (Unix seconds), likewise
 # RFC 8176 methods that are a second factor (or MFA outright): a possession
 # (otp, hwk, swk, sc, sms, tel), an inherence (fpt, face, iris, retina, vbm), or "mfa".
 MFA_AMR = frozenset(
@@ -90,6 +91,14 @@ def session_passes(user, session) -> bool:
 
 
 # --- When the session last passed a second factor ------------------------------------------------
+
+
+def idp_auth_time(session) -> datetime | None:
+    """When the identity provider authenticated the person (its ``auth_time``), if it said."""
+    value = session.get(SESSION_AUTH_TIME)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return datetime.fromtimestamp(value, tz=UTC)
 
 
 def stamp(session, when: datetime | None = None) -> None:
