@@ -234,7 +234,13 @@ class Action(models.Model):
                 fields=["agent", "idempotency_key"],
                 condition=Q(idempotency_key__isnull=False),
                 name="action_unique_idempotency_key_per_agent",
-            )
+            ),
+            # An action is replaced at most once, even by two pushes at the same instant.
+            models.UniqueConstraint(
+                fields=["supersedes"],
+                condition=Q(supersedes__isnull=False),
+                name="action_superseded_once",
+            ),
         ]
         indexes = [
             models.Index(fields=["status", "expires_at"], name="action_status_expiry"),

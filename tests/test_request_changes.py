@@ -302,3 +302,31 @@ def test_a_kind_without_money_reads_as_a_sentence(agent, rita):
     )
     line = html(browser(rita).get(f"/inbox/actions/{deploy.pk}")).split('<p class="outcome">')[1]
     assert line.split("</p>")[0].split("·")[0].strip() == "Deploy production"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_pushes_replacing_one_action_at_once_give_one_successor(agent, rita):
+    from approvals.schemas import ActionIn
+    from tests.threads import run_together
+
+    target = make_action(agent.agent)
+    services.request_changes(target.pk, by=rita.user, note="refund the shipping only")
+
+    def push(order: str):
+        def call():
+            body = refund_body(
+                supersedes=target.pk, payload={"order_id": order, "amount_cents": 500}
+            )
+            try:
+                return services.push_action(agent.agent, ActionIn(**body))[0].pk
+            except InvalidInput as exc:
+                return exc
+
+        return call
+
+    outcomes = run_together([push("A"), push("B")])
+    created = [o for o in outcomes if isinstance(o, str)]
+    refused = [o for o in outcomes if isinstance(o, InvalidInput)]
+    assert len(created) == 1 and len(refused) == 1, outcomes
+    assert refused[0].field == "supersedes"
+    assert f"already replaced by {created[0]}" in str(refused[0])

@@ -55,9 +55,12 @@ def push_action(
         with _atomic():
             action = _create(agent, data, key, request_hash)
     except IntegrityError:
-        if not key:
-            raise
-        return _replay(Action.objects.get(agent=agent, idempotency_key=key), request_hash), False
+        existing = Action.objects.filter(agent=agent, idempotency_key=key).first() if key else None
+        if existing is not None:  # a concurrent push with the same key won
+            return _replay(existing, request_hash), False
+        if data.supersedes:  # a concurrent push replaced the same action first: say which
+            check_supersedes(agent, data.supersedes)
+        raise
     return action, True
 
 
