@@ -19,6 +19,7 @@ MARKERS = {
     "inbox": "presenters.py",
     "gateway": "proxy.py",
     "slackapp": "decisions.py",
+    "twofactor": "middleware.py",
 }
 NAMESAKES = {("rules", "predicates.py"): "django-rules", ("rules", "rulesets.py"): "django-rules"}
 
