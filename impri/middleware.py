@@ -16,7 +16,8 @@ def too_large(limit: int) -> dict:
     ``DATA_UPLOAD_MAX_MEMORY_SIZE`` is the same figure.
     """
     return {
-        "detail": f"request body is larger than the limit of {limit} bytes (IMPRI_MAX_BODY_BYTES)"
+        "detail": f"request body is larger than the limit of {limit} bytes (IMPRI_MAX_BODY_BYTES)",
+        "code": "too_large",
     }
 
 

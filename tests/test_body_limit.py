@@ -34,7 +34,8 @@ async def test_a_body_over_the_limit_is_a_json_413_on_every_path(agent, settings
     assert response.status_code == 413
     assert response.headers["content-type"].startswith("application/json")
     assert response.json() == {
-        "detail": "request body is larger than the limit of 2048 bytes (IMPRI_MAX_BODY_BYTES)"
+        "detail": "request body is larger than the limit of 2048 bytes (IMPRI_MAX_BODY_BYTES)",
+        "code": "too_large",
     }
 
 

@@ -24,6 +24,8 @@ ERRORS = {
     403: ErrorOut,
     404: ErrorOut,
     409: ErrorOut,
+    # Any request whose body is over IMPRI_MAX_BODY_BYTES (impri.asgi.BodyLimit), before routing.
+    413: ErrorOut,
     422: ErrorOut,
     429: ErrorOut,
 }
