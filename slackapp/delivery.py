@@ -61,6 +61,9 @@ def web_client(timeout: float | None = None) -> WebClient | None:
         token=token,
         base_url=settings.IMPRI_SLACK_API_URL,
         timeout=timeout or webhooks.request_timeout_s(),
+        # No retries inside a call: the outbox retries with its own backoff, and a click must
+        # be answered within Slack's 3 s (the SDK's default would sleep and try once more).
+        retry_handlers=[],
     )
 
 

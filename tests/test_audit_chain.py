@@ -233,7 +233,7 @@ def test_the_database_refuses_updates_and_deletes_of_events(agent):
 
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_writers_never_fork_the_chain(agent):
-    writers, per_writer = 16, 150
+    writers, per_writer = 16, 80
 
     def append(writer: int):
         for i in range(per_writer):

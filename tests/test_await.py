@@ -66,12 +66,12 @@ async def test_a_decision_before_the_wait_returns_at_once(agent, rita):
 async def test_the_wait_ends_pending_at_its_timeout(agent):
     action = await sync_to_async(make_action)(agent.agent)
     result = await asyncio.wait_for(
-        services.await_decision(action.pk, agent=agent.agent, timeout_s=0.5), 5
+        services.await_decision(action.pk, agent=agent.agent, timeout_s=0.2), 5
     )
     assert result.status == "pending"
 
 
-@override_settings(IMPRI_MAX_AWAIT_S=1)
+@override_settings(IMPRI_MAX_AWAIT_S=0.3)
 async def test_the_timeout_is_capped_by_max_await(agent):
     action = await sync_to_async(make_action)(agent.agent)
     result = await asyncio.wait_for(
@@ -88,7 +88,7 @@ async def test_progress_is_reported_while_waiting(agent):
         ticks.append(elapsed)
 
     await services.await_decision(
-        action.pk, agent=agent.agent, timeout_s=1.1, on_progress=on_progress, progress_every_s=0.3
+        action.pk, agent=agent.agent, timeout_s=0.5, on_progress=on_progress, progress_every_s=0.1
     )
     assert len(ticks) >= 2
     assert ticks == sorted(ticks)

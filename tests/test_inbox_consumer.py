@@ -162,7 +162,7 @@ async def test_logout_closes_that_sessions_socket_and_no_hint_follows(agent, rit
     await sync_to_async(client.post)("/accounts/logout/")
     assert await _closed(socket) == 4403
     await sync_to_async(make_action)(agent.agent)
-    assert await socket.receive_nothing(timeout=0.5)
+    assert await socket.receive_nothing(timeout=0.3)
     again = WebsocketCommunicator(application, "/ws/inbox", headers=headers)
     connected, _ = await again.connect(timeout=5)
     assert not connected, "the logged-out session can't reconnect"
@@ -173,7 +173,7 @@ async def test_leaving_a_group_closes_the_socket(agent, rita):
     await sync_to_async(rita.user.groups.clear)()
     assert await _closed(socket) == 4403
     await sync_to_async(make_action)(agent.agent)
-    assert await socket.receive_nothing(timeout=0.5)
+    assert await socket.receive_nothing(timeout=0.3)
 
 
 async def test_removing_a_member_from_the_group_side_closes_their_socket(agent, rita, sam):
@@ -197,7 +197,7 @@ async def test_a_login_elsewhere_does_not_close_the_socket(rita):
     await sync_to_async(Client().post)(
         "/accounts/login/", {"username": "rita", "password": "rita-password"}
     )
-    assert await socket.receive_nothing(timeout=0.5)
+    assert await socket.receive_nothing(timeout=0.3)
     await socket.disconnect()
 
 

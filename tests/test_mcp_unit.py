@@ -284,7 +284,7 @@ async def test_without_a_progress_token_the_wait_stops_at_the_cap(agent):
     assert time.monotonic() - started < 5
 
 
-@override_settings(IMPRI_MCP_AWAIT_CAP_S=0.5, IMPRI_MCP_PROGRESS_EVERY_S=0.2)
+@override_settings(IMPRI_MCP_AWAIT_CAP_S=0.2, IMPRI_MCP_PROGRESS_EVERY_S=0.1)
 async def test_with_a_progress_token_the_wait_reports_progress_past_the_cap(agent):
     action = await sync_to_async(make_action)(agent.agent)
     updates = []
@@ -296,19 +296,19 @@ async def test_with_a_progress_token_the_wait_reports_progress_past_the_cap(agen
     result = await call(
         agent.key,
         "impri_await_decision",
-        {"action_id": action.pk, "timeout_s": 1.2},
+        {"action_id": action.pk, "timeout_s": 0.5},
         progress_callback=on_progress,
         meta={"progress_token": "wait-1"},
     )
     assert result.structured_content["status"] == "pending"
-    assert time.monotonic() - started >= 1.2  # the cap is for calls without a token
+    assert time.monotonic() - started >= 0.5  # the cap is for calls without a token
     assert len(updates) >= 3
     assert [p for p, _, _ in updates] == sorted(p for p, _, _ in updates)
-    assert all(total == 1.2 for _, total, _ in updates)
+    assert all(total == 0.5 for _, total, _ in updates)
     assert updates[0][2] == "waiting for a reviewer in reviewers, 0 s so far"
 
 
-@override_settings(IMPRI_MAX_AWAIT_S=1)
+@override_settings(IMPRI_MAX_AWAIT_S=0.3)
 async def test_the_wait_never_exceeds_the_maximum(agent):
     action = await sync_to_async(make_action)(agent.agent)
     started = time.monotonic()

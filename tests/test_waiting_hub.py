@@ -99,12 +99,19 @@ async def test_a_wait_past_the_expiry_answers_expired_without_a_sweep(agent):
 
 async def test_a_slow_database_call_stalls_only_its_caller(agent):
     action = await sync_to_async(make_action)(agent.agent)
-    slow = asyncio.create_task(dbexec.run(time.sleep, 1.5))
-    started = time.monotonic()
-    read = await dbexec.run(services.get_action_for_agent, action.pk, agent.agent)
-    assert read.pk == action.pk
-    assert time.monotonic() - started < 1.0
-    await slow
+    release = threading.Event()
+    # A call that holds its pool thread until the test lets it go: the read below must
+    # finish while it is still stuck, not after it.
+    slow = asyncio.create_task(dbexec.run(release.wait, 30))
+    try:
+        read = await asyncio.wait_for(
+            dbexec.run(services.get_action_for_agent, action.pk, agent.agent), 10
+        )
+        assert read.pk == action.pk
+        assert not slow.done()
+    finally:
+        release.set()
+    assert await slow is True
 
 
 async def test_pool_calls_give_their_connection_back(agent):
