@@ -28,7 +28,9 @@ class Receiver(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.received: list[dict] = []
         self.arrived = threading.Event()
-        threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+        threading.Thread(
+            target=self.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        ).start()
 
     @property
     def url(self) -> str:

@@ -116,7 +116,9 @@ class Receiver:
         self.answer = b"receiver says no"  # the body of an answer of 400 or more
         self.server = ThreadingHTTPServer((host, 0), self._handler())
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
         self.thread.start()
 
     @property
