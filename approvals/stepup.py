@@ -1,8 +1,9 @@
 """Step-up: approving money at or above ``IMPRI_STEP_UP_CENTS`` needs a fresh second factor.
 
-The policy lives here and runs from ``services.decide`` (one call, before the
-decision's transaction, so a refusal's audit event is kept while nothing else
-happens), so the inbox, REST and any later adapter get the same answer.
+The policy lives here and runs from ``services.decide``, under the action's row
+lock with the payload about to be approved; a refusal rolls the decision back
+and is audited in a transaction of its own, so the inbox, REST and any later
+adapter get the same answer.
 
 The amount is the largest ``…_cents`` value in the payload that would be
 approved (the agent's payload with the reviewer's edits), read as the inbox
@@ -45,7 +46,7 @@ from audit import log as audit
 from audit.identity import user_ref
 from audit.models import ActorType
 
-from .errors import InvalidInput, StepUpRequired
+from .errors import StepUpRequired
 from .models import Action
 from .money import minor_units
 
@@ -124,28 +125,27 @@ def is_fresh(credential: Credential | None, now: datetime | None = None) -> bool
     return age.total_seconds() >= 0 and age <= STEP_UP_WINDOW
 
 
-def require(action_id: str, *, by, verdict: str, edits: dict | None) -> None:
-    """Refuse an approval at or above the threshold that the caller's credential can't carry.
+class Refused(Exception):
+    """Raised under the decision's lock; ``decide`` rolls back, then ``refuse`` audits it."""
 
-    Checked before ``decide`` locks the row: a payload changed in between makes
-    ``decide`` refuse the approval anyway (StalePayload), so the figure checked
-    here is the figure approved. Anything ``decide`` itself would refuse (an
-    unknown or settled action, an outsider, an owner, bad edits) is left to it.
+    def __init__(self, action: Action, by, credential: Credential | None, amount: int, limit: int):
+        super().__init__(action.pk)
+        self.action, self.by, self.credential = action, by, credential
+        self.amount, self.limit = amount, limit
+
+
+def check(action: Action, *, by, payload: dict) -> None:
+    """Raise Refused for an approval of ``payload`` that the caller's credential can't carry.
+
+    ``decide`` calls it under the action's row lock, with the payload it is about
+    to approve (the locked row's payload with the reviewer's edits), after its
+    own refusals (outsider, owner, stale figure, bad edits): the figure checked is
+    the figure approved, whatever other reviewers did in between.
     """
     limit = threshold()
-    if limit is None or verdict != "approve":
+    if limit is None:
         return
-    from . import services
-
-    action = Action.objects.select_related("agent").filter(pk=action_id).first()
-    if action is None or action.is_settled or not services.can_review(by, action):
-        return
-    if action.agent.is_owned_by(by):
-        return
-    try:
-        amount = amount_cents(services.apply_edits(action, edits or {}))
-    except InvalidInput:
-        return
+    amount = amount_cents(payload)
     if amount is None or amount < limit:
         return
     credential = _presented.get()
@@ -153,26 +153,32 @@ def require(action_id: str, *, by, verdict: str, edits: dict | None) -> None:
         return
     if is_fresh(credential):
         return
-    _refuse(action, by, credential, amount, limit)
+    raise Refused(action, by, credential, amount, limit)
 
 
-def _refuse(action: Action, by, credential: Credential | None, amount: int, limit: int):
+def refuse(refused: Refused) -> StepUpRequired:
+    """Audit a refusal in a transaction of its own (the decision's rolled back); the error to raise."""
+    credential = refused.credential
     kind = credential.kind if credential else "none"
     with transaction.atomic():
         audit.record(
             "stepup.refused",
             actor_type=ActorType.REVIEWER,
-            actor_id=by.get_username(),
-            actor_ref=user_ref(by),
-            action_id=action.pk,
+            actor_id=refused.by.get_username(),
+            actor_ref=user_ref(refused.by),
+            action_id=refused.action.pk,
             data={
-                "amount_cents": amount,
-                "step_up_cents": limit,
+                "amount_cents": refused.amount,
+                "step_up_cents": refused.limit,
                 "credential": kind,
                 **({"key_prefix": credential.prefix} if credential and credential.prefix else {}),
             },
         )
-    raise StepUpRequired(_why(kind, amount, limit), amount_cents=amount, step_up_cents=limit)
+    return StepUpRequired(
+        _why(kind, refused.amount, refused.limit),
+        amount_cents=refused.amount,
+        step_up_cents=refused.limit,
+    )
 
 
 def _why(kind: str, amount: int, limit: int) -> str:

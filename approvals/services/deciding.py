@@ -59,7 +59,15 @@ def decide(
             "reason", f"must be one of {', '.join(RejectReason.values)}, and only on a rejection"
         )
     _refuse_unstorable(note=note, **{f"edits.{path}": value for path, value in edits.items()})
-    stepup.require(action_id, by=by, verdict=verdict, edits=edits)  # money needs a fresh 2nd factor
+    try:
+        return _decide(
+            action_id, by, verdict, edits, note, reason, idempotency_key, approves_sha256
+        )
+    except stepup.Refused as refused:  # rolled back; the refusal is kept
+        raise stepup.refuse(refused) from None
+
+
+def _decide(action_id, by, verdict, edits, note, reason, idempotency_key, approves_sha256):
     with _atomic():
         # Locked first, checked under the lock: one read of the row, not two.
         action = _lock(action_id)
@@ -81,6 +89,8 @@ def decide(
                 )
             _check_seen(action, approves_sha256)
         new_payload = apply_edits(action, edits)
+        if verdict == "approve":  # money needs a fresh second factor: the figure approved
+            stepup.check(action, by=by, payload=new_payload)
         digest = payload_sha256(new_payload)
         Review.objects.update_or_create(
             action=action,
