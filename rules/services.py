@@ -225,20 +225,21 @@ def reserve_budget(rule_name: str, budget: engine.Budget, action: dict, now: dat
     if amount is None or scope is None:
         return False
     start = window_start(budget.per, now)
-    _ensure_counter(rule_name, scope, start)
     cap = Decimal(str(budget.max))
-    return bool(
-        BudgetCounter.objects.filter(
-            rule=rule_name, scope=scope, window_start=start, total__lte=cap - amount
-        ).update(total=F("total") + amount)
-    )
+    counter = BudgetCounter.objects.filter(rule=rule_name, scope=scope, window_start=start)
 
+    def reserve() -> bool:
+        return bool(counter.filter(total__lte=cap - amount).update(total=F("total") + amount))
 
-def _ensure_counter(rule: str, scope: str, start: datetime) -> None:
-    if BudgetCounter.objects.filter(rule=rule, scope=scope, window_start=start).exists():
-        return
+    # The window's counter usually exists: one statement. Nothing reserved means either
+    # the cap or no counter yet; only then is it looked for, created, and tried once more.
+    if reserve():
+        return True
+    if counter.exists():
+        return False
     try:
         with transaction.atomic():
-            BudgetCounter.objects.create(rule=rule, scope=scope, window_start=start)
+            BudgetCounter.objects.create(rule=rule_name, scope=scope, window_start=start)
     except IntegrityError:
         pass  # another push created it first
+    return reserve()

@@ -5,16 +5,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('approvals', '0010_apikey_is_service'),
-        ('auth', '0012_alter_user_first_name_max_length'),
+        ("approvals", "0010_apikey_is_service"),
+        ("auth", "0012_alter_user_first_name_max_length"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddConstraint(
-            model_name='action',
-            constraint=models.UniqueConstraint(condition=models.Q(('supersedes__isnull', False)), fields=('supersedes',), name='action_superseded_once'),
+            model_name="action",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("supersedes__isnull", False)),
+                fields=("supersedes",),
+                name="action_superseded_once",
+            ),
         ),
     ]

@@ -21,7 +21,7 @@ from .. import events, outbound, outbox
 from ..errors import IdempotencyConflict, InvalidInput
 from ..models import Action, ActionStatus, Agent, Notification
 from ..schemas import ActionIn
-from .common import _announce, _atomic, _group, payload_sha256
+from .common import _announce, _atomic, default_group, payload_sha256
 from .selectors import _load
 
 
@@ -84,7 +84,9 @@ def _create(agent: Agent, data: ActionIn, key: str | None, request_hash: str) ->
         "flags": data.flags,
         "context": data.context,
     }
-    verdict = _known_group(_within_budget(rule_engine.evaluate(loaded.rules, view), view, now))
+    verdict, group = _routed_group(
+        _within_budget(rule_engine.evaluate(loaded.rules, view), view, now)
+    )
     expiries = [s for s in (data.expires_in_s, verdict.expires_in_s) if s]
     status, decided_at = {
         "auto_approve": (ActionStatus.APPROVED, now),
@@ -111,7 +113,7 @@ def _create(agent: Agent, data: ActionIn, key: str | None, request_hash: str) ->
         decided_at=decided_at,
         decided_by_rule=(verdict.rule or "") if status != ActionStatus.PENDING else "",
         note=verdict.reason if status == ActionStatus.REJECTED else "",
-        review_group=_group(verdict.group),
+        review_group=group,
         approvals_required=verdict.approvals_required,
         rule_name=verdict.rule or "",
         rule_version=loaded.version,
@@ -152,20 +154,22 @@ def _within_budget(verdict, view: dict, now):
     )
 
 
-def _known_group(verdict):
-    """A rule's group that does not exist routes to the default group, with a trace line saying so."""
+def _routed_group(verdict) -> tuple:
+    """The verdict and the group it routes to, read once.
+
+    A rule's group that does not exist routes to the default group, with a trace
+    line saying so.
+    """
     name = verdict.group
-    if not name or name == settings.IMPRI_DEFAULT_GROUP or Group.objects.filter(name=name).exists():
-        return verdict
+    group = Group.objects.filter(name=name).first() if name else None
+    if group is not None or not name or name == settings.IMPRI_DEFAULT_GROUP:
+        return verdict, group or default_group()
     why = (
         f"group {name!r} does not exist: routed to the default group "
         f"{settings.IMPRI_DEFAULT_GROUP!r} instead"
     )
-    return dataclasses.replace(
-        verdict,
-        group=None,
-        trace=[*verdict.trace, {"rule": verdict.rule, "matched": True, "why": why}],
-    )
+    trace = [*verdict.trace, {"rule": verdict.rule, "matched": True, "why": why}]
+    return dataclasses.replace(verdict, group=None, trace=trace), default_group()
 
 
 def _audit_push(action: Action, verdict, version: int) -> None:
