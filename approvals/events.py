@@ -41,11 +41,12 @@ def inbox_group(review_group_id: int | None) -> str:
 action_changed = Signal()
 
 
-def publish_on_commit(action, event: str, *, also_review_group_ids=()) -> None:
+def publish_on_commit(action, event: str, *, also_review_group_ids=(), new: bool = False) -> None:
     """After commit, tell the action's waiters and the inboxes that can see it.
 
     ``also_review_group_ids`` names groups that could see the action before this
-    change (an escalation moves it), so their open queues drop it too.
+    change (an escalation moves it), so their open queues drop it too. ``new``: the
+    action was created in this transaction, so it has no waiters to tell.
     """
     action_changed.send(sender=type(action), action=action, event=event)
     message = {
@@ -59,7 +60,7 @@ def publish_on_commit(action, event: str, *, also_review_group_ids=()) -> None:
     groups = [inbox_group(pk) for pk in sorted(group_ids, key=str)] + [INBOX_ALL_GROUP]
 
     sends = [(group, inbox_message) for group in groups]
-    if event != "action.pushed":  # nobody can be waiting on an action before it exists
+    if not new and event != "action.pushed":  # nobody waits on an action before it exists
         sends.insert(0, (action_group(action.pk), message))
     transaction.on_commit(lambda: publish_many(sends))
 

@@ -39,9 +39,13 @@ def default_group() -> Group:
     return group
 
 
-def _announce(action: Action, event: str) -> None:
-    """Tell whoever waits that the action settled: waiters after commit, the agent's webhook."""
-    events.publish_on_commit(action, event)
+def _announce(action: Action, event: str, *, new: bool = False) -> None:
+    """Tell whoever waits that the action settled: waiters after commit, the agent's webhook.
+
+    ``new``: the action was created in this transaction (a rule decided it), so nobody
+    can be waiting on it yet; only the inboxes and the webhook hear of it.
+    """
+    events.publish_on_commit(action, event, new=new)
     outbox.enqueue_webhook(action, event)
 
 

@@ -134,7 +134,7 @@ def _create(agent: Agent, data: ActionIn, key: str | None, request_hash: str) ->
         events.publish_on_commit(action, "action.pushed")
         outbox.enqueue_notifications(action, action.review_group, Notification.Kind.NEW)
     else:
-        _announce(action, f"action.{action.status}")
+        _announce(action, f"action.{action.status}", new=True)
     return action
 
 
