@@ -29,9 +29,10 @@ creates ``--waiters`` agents (one action each; in one ``impri shell -c`` run, si
 4. Each waiter records its wake latency: the client's ``time.time()`` when the decision
    arrived minus the decision's ``decision_at`` (written by the server in the approving
    transaction; same machine, same clock). ``decision_at`` is read as an ISO 8601 string or
-   as Unix seconds; if it only has whole seconds the time the approve request was sent is
-   used instead (the table says which). The latency from the approve request being sent is
-   reported too.
+   as Unix seconds; when the API gives only whole seconds (it does now), each action's
+   ``decided_at`` is read from the database after the run (``impri shell``), to the
+   microsecond; failing that the time the approve request was sent is used instead (the
+   table says which). The latency from the approve request being sent is reported too.
 
 Reported: waiters, whether all woke ``approved``, final statuses, errors by kind, RSS,
 threads, PostgreSQL connections while waiting, wake p50/p90/p99/max in ms, decisions/s;
@@ -50,6 +51,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import random
 import sys
 import time
@@ -423,6 +425,31 @@ class Run:
             for each in [client, *pools]:
                 await each.aclose()
 
+    def read_decision_times(self) -> None:
+        """Each decision's ``decided_at`` to the microsecond, read from the database afterwards.
+
+        The API's timestamps are whole Unix seconds, too coarse for a latency; the row
+        keeps the instant the approving transaction wrote (just before its commit).
+        """
+        if any(w.precise for w in self.waiters):
+            return
+        ids = [w.action_id for w in self.waiters if w.action_id]
+        code = (
+            "import json, sys; from approvals.models import Action; "
+            f"ids = {ids!r}; "
+            "print(json.dumps({a: t.timestamp() for a, t in Action.objects.filter("
+            "pk__in=ids, decided_at__isnull=False).values_list('pk', 'decided_at')}))"
+        )
+        out = self.stack.impri("shell", "-c", code, check=False)
+        try:
+            times = json.loads(out.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            print(f"decision times not read: {out.stderr[-500:]}", file=sys.stderr)
+            return
+        for w in self.waiters:
+            if w.action_id in times:
+                w.decision_at, w.precise = float(times[w.action_id]), True
+
     # --- the report --------------------------------------------------------------------
 
     def report(self, idle: dict) -> dict:
@@ -616,6 +643,7 @@ def main() -> int:
         finally:
             if not all(stack.alive().values()):
                 print(f"a process died: {stack.alive()}", file=sys.stderr)
+        run.read_decision_times()
         result = run.report(idle)
         result["processes_alive_at_end"] = stack.alive()
         result["server_log_problems"] = problems = stack.log_problems()
