@@ -443,3 +443,24 @@ async def test_the_live_socket_waits_for_the_code_too(rita):
     connected, _ = await accepted.connect(timeout=5)
     assert connected
     await accepted.disconnect()
+
+
+@pytest.mark.parametrize(
+    ("step_up", "require_2fa", "sso_only", "warned"),
+    [
+        (50000, False, False, True),  # step-up on, enrolment optional, passwords open
+        (50000, True, False, False),
+        (50000, False, True, False),
+        (None, False, False, False),  # no step-up: nothing to weaken
+    ],
+)
+def test_a_system_check_warns_when_step_up_is_on_but_enrolment_is_optional(
+    settings, step_up, require_2fa, sso_only, warned
+):
+    from twofactor.checks import step_up_without_required_enrolment
+
+    settings.IMPRI_STEP_UP_CENTS = step_up
+    settings.IMPRI_REQUIRE_2FA = require_2fa
+    settings.IMPRI_OIDC_SSO_ONLY = sso_only
+    messages = step_up_without_required_enrolment()
+    assert [m.id for m in messages] == (["impri.W002"] if warned else [])

@@ -6,4 +6,4 @@ class TwoFactorConfig(AppConfig):
     verbose_name = "Two-factor authentication"
 
     def ready(self):
-        from . import signals  # noqa: F401  (receivers)
+        from . import checks, signals  # noqa: F401  (system check, receivers)
