@@ -11,7 +11,7 @@ from django.utils.html import format_html
 
 from audit import log as audit
 from audit.models import ActorType
-from impri.admin_site import ReadOnlyAdminMixin
+from impri.admin_site import PastedIdMixin, ReadOnlyAdminMixin
 
 from . import (
     admin_outbox,  # noqa: F401  (registers the outbox models)
@@ -176,7 +176,7 @@ ACTION_JSON_FIELDS = (
 
 
 @admin.register(Action)
-class ActionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class ActionAdmin(PastedIdMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     """Read-only: every change to an action goes through approvals.services."""
 
     exclude = ACTION_TEXT_FIELDS + ACTION_JSON_FIELDS

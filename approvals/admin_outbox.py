@@ -12,7 +12,7 @@ from django.contrib import admin
 from django.core.validators import validate_email
 from django.utils import timezone
 
-from impri.admin_site import ReadOnlyAdminMixin
+from impri.admin_site import PastedIdMixin, ReadOnlyAdminMixin
 
 from . import outbound
 from .models import GroupNotificationSettings, Notification, WebhookAttempt, WebhookDelivery
@@ -61,7 +61,7 @@ class WebhookAttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
 
 
 @admin.register(WebhookDelivery)
-class WebhookDeliveryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class WebhookDeliveryAdmin(PastedIdMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
         "id",
         "event",

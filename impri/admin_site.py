@@ -12,6 +12,7 @@ import logging
 from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin.utils import quote
 from django.http import HttpResponseRedirect
 from django.urls import path, reverse
 from django.utils import timezone
@@ -40,6 +41,22 @@ class ReadOnlyAdminMixin:
 
     def has_delete_permission(self, request, obj=None):
         return self.allow_delete and super().has_delete_permission(request, obj)
+
+
+class PastedIdMixin:
+    """Open a record whose string id was pasted into the URL as it is.
+
+    The admin escapes ids in its own links with ``_`` (``act_3A…`` stands for
+    ``act:…``), so an id like ``act_3AkxSE…`` typed by hand would decode to
+    another id and answer "doesn't exist". Ids made of letters, digits and
+    ``_`` never contain what the admin escapes, so the raw form is tried too.
+    """
+
+    def get_object(self, request, object_id, from_field=None):
+        found = super().get_object(request, object_id, from_field)
+        if found is None and quote(object_id) != object_id:
+            found = super().get_object(request, quote(object_id), from_field)
+        return found
 
 
 class ImpriAdminSite(admin.AdminSite):

@@ -262,3 +262,26 @@ def test_an_inactive_user_gets_no_token(olivia, rita):
     assert "1 inactive user(s) skipped" in html
     assert ApiKey.objects.count() == before
     assert Agent.objects.count() == 0
+
+
+@pytest.mark.parametrize("escaped", [False, True], ids=["pasted", "admin-link"])
+def test_an_action_id_that_looks_escaped_opens_from_a_pasted_url(
+    olivia, agent, monkeypatch, escaped
+):
+    """The admin reads ``_3A`` in a URL as ``:``; an id like ``act_3A…`` still opens.
+
+    One action id in eight starts with two hex digits after ``act_``: pasted
+    into the URL by hand, it used to answer "doesn't exist" with a redirect.
+    """
+    from django.contrib.admin.utils import quote
+
+    pk = "act_3AkxSEyLc7PotK4uvpJaUnmG"
+    # The field keeps its default callable in ``_get_default`` once it was first used.
+    monkeypatch.setattr(Action._meta.get_field("id"), "_get_default", lambda: pk)
+    assert make_action(agent.agent).pk == pk
+    shown = quote(pk) if escaped else pk
+
+    page = olivia.get(f"/admin/approvals/action/{shown}/change/")
+
+    assert page.status_code == 200
+    assert pk in page.content.decode()
