@@ -6,11 +6,13 @@ again with DATABASE_URL and REDIS_URL pointing at PostgreSQL and Redis.
 
 from __future__ import annotations
 
+import inspect
 import json
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
+from asgiref.sync import SyncToAsync
 from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.core.management.color import no_style
@@ -176,6 +178,18 @@ def _fast_password_hashing(settings):
     # file (the admin's included) each time: look files up per request instead, as in DEBUG.
     # Live servers (e2e) serve with the index as in production.
     settings.WHITENOISE_AUTOREFRESH = True
+
+
+@pytest.fixture(autouse=True)
+def _async_tests_leave_no_connection(request):
+    """An async test's ``sync_to_async`` calls ran on asgiref's one sync thread: close its connection.
+
+    Left open, it outlives the session and PostgreSQL refuses to drop the test
+    database ("being accessed by other users").
+    """
+    yield
+    if inspect.iscoroutinefunction(getattr(request, "function", None)):
+        SyncToAsync.single_thread_executor.submit(connections.close_all).result()
 
 
 @pytest.fixture
