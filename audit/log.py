@@ -150,8 +150,29 @@ def _append(entries: list[AuditEvent]) -> None:
             seq += 1
             entry.seq, entry.at, entry.prev_hash = seq, at, prev_hash
             entry.hash = prev_hash = entry.compute_hash()
-        AuditEvent.objects.bulk_create(entries)
+        _insert(cursor, connection, entries)
         cursor.execute(f"UPDATE {table} SET seq = %s, hash = %s WHERE id = 1", [seq, prev_hash])
+
+
+def _insert(cursor, connection, entries: list[AuditEvent]) -> None:
+    """``bulk_create`` without the ORM's compilation: one multi-row INSERT.
+
+    Each value is prepared by its field (``get_db_prep_save``), as ``bulk_create``
+    does: ``at`` as the backend's datetime, ``data`` as its JSON.
+    """
+    fields = AuditEvent._meta.concrete_fields
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(field.column) for field in fields)
+    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    cursor.execute(
+        f"INSERT INTO {quote(AuditEvent._meta.db_table)} ({columns}) VALUES "
+        + ", ".join([row] * len(entries)),
+        [
+            field.get_db_prep_save(getattr(entry, field.attname), connection)
+            for entry in entries
+            for field in fields
+        ],
+    )
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,6 @@ def test_a_push_runs_a_bounded_number_of_statements(agent, amount):
     statements(agent, refund(amount))  # the first push of a process reads what it caches
     sql = statements(agent, refund(amount))
     # The key; the idempotency check; the rule set's revision; the budget's conditional
-    # UPDATE or the group's notification settings; the group; the action; the chain's
-    # head, the events and the head's move.
+    # UPDATE or the group's notification settings; the routed and the default group (one
+    # query); the action; the chain's head, the events and the head's move.
     assert len(sql) <= 9, "\n".join(sql)

@@ -44,7 +44,7 @@ def push_action(
         canonical_json(data.model_dump(mode="json", exclude=unhashed))
     ).hexdigest()
     if key:
-        existing = Action.objects.filter(agent=agent, idempotency_key=key).first()
+        existing = _with_key(agent, key)
         if existing is not None:
             return _replay(existing, request_hash), False
     if data.callback_url:
@@ -55,13 +55,19 @@ def push_action(
         with _atomic():
             action = _create(agent, data, key, request_hash)
     except IntegrityError:
-        existing = Action.objects.filter(agent=agent, idempotency_key=key).first() if key else None
+        existing = _with_key(agent, key) if key else None
         if existing is not None:  # a concurrent push with the same key won
             return _replay(existing, request_hash), False
         if data.supersedes:  # a concurrent push replaced the same action first: say which
             check_supersedes(agent, data.supersedes)
         raise
     return action, True
+
+
+def _with_key(agent: Agent, key: str) -> Action | None:
+    """The agent's action with this idempotency key, if any (enough of it for ``_replay``)."""
+    found = Action.objects.filter(agent=agent, idempotency_key=key)
+    return found.only("pk", "idempotency_key", "request_hash").order_by().first()
 
 
 def _check_callback(url: str) -> None:
@@ -155,21 +161,26 @@ def _within_budget(verdict, view: dict, now):
 
 
 def _routed_group(verdict) -> tuple:
-    """The verdict and the group it routes to, read once.
+    """The verdict and the group it routes to, read in one query with the default group.
 
     A rule's group that does not exist routes to the default group, with a trace
     line saying so.
     """
-    name = verdict.group
-    group = Group.objects.filter(name=name).first() if name else None
-    if group is not None or not name or name == settings.IMPRI_DEFAULT_GROUP:
-        return verdict, group or default_group()
+    name, default = verdict.group, settings.IMPRI_DEFAULT_GROUP
+    found = {
+        group.name: group for group in Group.objects.filter(name__in={name or default, default})
+    }
+    group = found.get(name) if name else None
+    if group is not None or not name or name == default:
+        return verdict, group or found.get(default) or default_group()
     why = (
         f"group {name!r} does not exist: routed to the default group "
         f"{settings.IMPRI_DEFAULT_GROUP!r} instead"
     )
     trace = [*verdict.trace, {"rule": verdict.rule, "matched": True, "why": why}]
-    return dataclasses.replace(verdict, group=None, trace=trace), default_group()
+    return dataclasses.replace(verdict, group=None, trace=trace), found.get(
+        default
+    ) or default_group()
 
 
 def _audit_push(action: Action, verdict, version: int) -> None:
