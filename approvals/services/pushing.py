@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import Group
-from django.db import IntegrityError
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from audit import log as audit
@@ -64,10 +64,39 @@ def push_action(
     return action, True
 
 
+# Every push runs the two reads below. They are plain SQL: compiling the ORM's
+# query costs several times more than running it (docs/benchmarks.md, pushes).
+
+
 def _with_key(agent: Agent, key: str) -> Action | None:
     """The agent's action with this idempotency key, if any (enough of it for ``_replay``)."""
-    found = Action.objects.filter(agent=agent, idempotency_key=key)
-    return found.only("pk", "idempotency_key", "request_hash").order_by().first()
+    connection = transaction.get_connection()
+    quote = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id, request_hash FROM {quote(Action._meta.db_table)}"
+            " WHERE agent_id = %s AND idempotency_key = %s",
+            [agent.pk, key],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    return Action.from_db(
+        connection.alias, ["id", "idempotency_key", "request_hash"], (row[0], key, row[1])
+    )
+
+
+def _groups_named(first: str, second: str) -> dict[str, Group]:
+    """The groups of these names that exist, by name."""
+    connection = transaction.get_connection()
+    quote = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id, name FROM {quote(Group._meta.db_table)} WHERE name IN (%s, %s)",
+            [first, second],
+        )
+        rows = cursor.fetchall()
+    return {row[1]: Group.from_db(connection.alias, ["id", "name"], row) for row in rows}
 
 
 def _check_callback(url: str) -> None:
@@ -167,9 +196,7 @@ def _routed_group(verdict) -> tuple:
     line saying so.
     """
     name, default = verdict.group, settings.IMPRI_DEFAULT_GROUP
-    found = {
-        group.name: group for group in Group.objects.filter(name__in={name or default, default})
-    }
+    found = _groups_named(name or default, default)
     group = found.get(name) if name else None
     if group is not None or not name or name == default:
         return verdict, group or found.get(default) or default_group()
