@@ -324,6 +324,10 @@ IMPRI_BASE_URL = env("IMPRI_BASE_URL").rstrip("/")
 # IMPRI_BASE_URL is unset and no request names one (approvals/site.py).
 IMPRI_HOST = env("IMPRI_HOST", "127.0.0.1")
 IMPRI_PORT = envint("IMPRI_PORT", "8000", minimum=1)
+# `impri serve`: connections the kernel queues for the server before it accepts them (Twisted's
+# default is 50; Linux caps it at net.core.somaxconn). A burst of agents connecting at once
+# beyond the queue waits for SYN retries (1 s, 3 s, ...) or fails.
+IMPRI_LISTEN_BACKLOG = envint("IMPRI_LISTEN_BACKLOG", "1024", minimum=1)
 IMPRI_MAX_BODY_BYTES = envint("IMPRI_MAX_BODY_BYTES", str(1024 * 1024), minimum=1024)
 IMPRI_DEFAULT_EXPIRES_S = envint("IMPRI_DEFAULT_EXPIRES_S", str(24 * 3600), minimum=1)
 IMPRI_MAX_EXPIRES_S = envint("IMPRI_MAX_EXPIRES_S", str(30 * 24 * 3600), minimum=1)

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import selectors
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -117,3 +121,53 @@ def test_logs_and_banners_go_to_stderr_and_stdout_stays_empty(served):
     assert f"data directory {deployment.data_dir}; database " in stderr
     assert "Impri is listening on" in stderr
     assert (deployment.data_dir / "stdout.log").read_text() == ""
+
+
+def _connect_burst(port: int, count: int, within_s: float) -> int:
+    """Start ``count`` connections at once; how many the kernel completes within ``within_s``."""
+    selector = selectors.DefaultSelector()
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.setblocking(False)
+            sock.connect_ex(("127.0.0.1", port))
+            selector.register(sock, selectors.EVENT_WRITE)
+            sockets.append(sock)
+        connected = 0
+        deadline = time.monotonic() + within_s
+        while connected < count and (left := deadline - time.monotonic()) > 0:
+            for key, _ in selector.select(left):
+                selector.unregister(key.fileobj)
+                connected += key.fileobj.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
+        return connected
+    finally:
+        for sock in sockets:
+            sock.close()
+        selector.close()
+
+
+@pytest.mark.parametrize(
+    ("backlog", "queued"),
+    [(None, lambda n: n == 300), ("50", lambda n: 50 <= n < 100)],
+    ids=["default", "twisted-default-50"],
+)
+def test_a_burst_of_connections_while_the_server_is_busy_is_queued_not_dropped(backlog, queued):
+    """300 agents connecting at once while the process accepts nothing: the kernel queues them all.
+
+    Twisted's default listen queue is 50: the rest of such a burst was dropped, and
+    each of those agents waited for SYN retries (1 s, 3 s, ...) or failed. The second
+    case sets the old queue to show what the first one guards against.
+    """
+    deployment = Deployment(**({"IMPRI_LISTEN_BACKLOG": backlog} if backlog else {}))
+    try:
+        server = deployment.start_server()
+        os.kill(server.process.pid, signal.SIGSTOP)  # busy: it accepts nothing meanwhile
+        try:
+            connected = _connect_burst(server.port, 300, within_s=2.0)
+        finally:
+            os.kill(server.process.pid, signal.SIGCONT)
+        assert queued(connected), connected
+        assert httpx.get(server.url + "/healthz", timeout=10).status_code == 200
+    finally:
+        deployment.close()

@@ -57,10 +57,23 @@ class Command(BaseCommand):
         self.stderr.flush()
         shutdown.install(reactor)
         # -v 0: no daphne access log on stdout; impri.logs.AccessLog logs each request.
-        daphne_args = ["-v", "0", "-b", host, "-p", str(port)]
+        daphne_args = ["-v", "0", "-e", listen_endpoint(host, port, settings.IMPRI_LISTEN_BACKLOG)]
         if proxy_headers:
             daphne_args.append("--proxy-headers")
         CommandLineInterface().run([*daphne_args, "impri.asgi:application"])
+
+
+def listen_endpoint(host: str, port: int, backlog: int) -> str:
+    """Daphne's endpoint for ``-b host -p port``, with a listen queue of ``backlog``.
+
+    Daphne's ``-b``/``-p`` listen with Twisted's default queue of 50 connections: a burst
+    of agents (a fleet restarting, thousands of long-polls reconnecting) overflows it and
+    the kernel drops their connection attempts until SYN retries land seconds later.
+    """
+    from daphne.endpoints import build_endpoint_description_strings
+
+    (endpoint,) = build_endpoint_description_strings(host=host, port=port)
+    return f"{endpoint}:backlog={backlog}"
 
 
 def _tune_gc() -> None:
