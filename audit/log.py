@@ -155,24 +155,28 @@ def _append(entries: list[AuditEvent]) -> None:
 
 
 def _insert(cursor, connection, entries: list[AuditEvent]) -> None:
-    """``bulk_create`` without the ORM's compilation: one multi-row INSERT.
+    """``bulk_create`` without the ORM's compilation: multi-row INSERTs.
 
     Each value is prepared by its field (``get_db_prep_save``), as ``bulk_create``
-    does: ``at`` as the backend's datetime, ``data`` as its JSON.
+    does: ``at`` as the backend's datetime, ``data`` as its JSON. Batches are the
+    backend's size (SQLite's limit on parameters), as ``bulk_create``'s are.
     """
     fields = AuditEvent._meta.concrete_fields
     quote = connection.ops.quote_name
     columns = ", ".join(quote(field.column) for field in fields)
     row = "(" + ", ".join(["%s"] * len(fields)) + ")"
-    cursor.execute(
-        f"INSERT INTO {quote(AuditEvent._meta.db_table)} ({columns}) VALUES "
-        + ", ".join([row] * len(entries)),
-        [
-            field.get_db_prep_save(getattr(entry, field.attname), connection)
-            for entry in entries
-            for field in fields
-        ],
-    )
+    size = max(1, connection.ops.bulk_batch_size(fields, entries))
+    for start in range(0, len(entries), size):
+        batch = entries[start : start + size]
+        cursor.execute(
+            f"INSERT INTO {quote(AuditEvent._meta.db_table)} ({columns}) VALUES "
+            + ", ".join([row] * len(batch)),
+            [
+                field.get_db_prep_save(getattr(entry, field.attname), connection)
+                for entry in batch
+                for field in fields
+            ],
+        )
 
 
 @dataclass(frozen=True)

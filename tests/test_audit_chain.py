@@ -250,3 +250,18 @@ def test_concurrent_writers_never_fork_the_chain(agent):
     assert [e.seq for e in all_events] == list(range(1, len(all_events) + 1))  # no gaps
     assert len({e.prev_hash for e in all_events}) == len(all_events)  # no forks
     assert audit_log.verify().ok
+
+
+def test_a_transaction_with_more_events_than_one_insert_holds_chains_them_all(db):
+    """The events of one transaction go in as multi-row INSERTs, split at the backend's limit."""
+    count = connection.ops.bulk_batch_size(AuditEvent._meta.concrete_fields, [None] * 5000) + 7
+    count = min(count, 5000)
+    with transaction.atomic(), audit_log.batch():
+        for n in range(count):
+            audit_log.record(
+                "test.many", actor_type="system", actor_id="test", data={"n": n, "at": 1.5}
+            )
+
+    stored = list(AuditEvent.objects.filter(event="test.many").order_by("seq"))
+    assert [event.data["n"] for event in stored] == list(range(count))
+    assert audit_log.verify().ok
