@@ -197,17 +197,14 @@ def _routed_group(verdict) -> tuple:
     """
     name, default = verdict.group, settings.IMPRI_DEFAULT_GROUP
     found = _groups_named(name or default, default)
-    group = found.get(name) if name else None
-    if group is not None or not name or name == default:
-        return verdict, group or found.get(default) or default_group()
-    why = (
-        f"group {name!r} does not exist: routed to the default group "
-        f"{settings.IMPRI_DEFAULT_GROUP!r} instead"
-    )
+    if name in found:
+        return verdict, found[name]
+    fallback = found.get(default) or default_group()
+    if not name or name == default:
+        return verdict, fallback
+    why = f"group {name!r} does not exist: routed to the default group {default!r} instead"
     trace = [*verdict.trace, {"rule": verdict.rule, "matched": True, "why": why}]
-    return dataclasses.replace(verdict, group=None, trace=trace), found.get(
-        default
-    ) or default_group()
+    return dataclasses.replace(verdict, group=None, trace=trace), fallback
 
 
 def _audit_push(action: Action, verdict, version: int) -> None:
