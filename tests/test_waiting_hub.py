@@ -152,3 +152,40 @@ def test_a_block_that_fails_appends_nothing(agent):
         raise RuntimeError("boom")
     assert AuditEvent.objects.count() == before
     assert audit.verify().ok
+
+
+async def test_an_api_call_needs_nothing_from_the_shared_sync_thread(agent):
+    """The API's request signals run on the loop: a busy shared sync thread delays no API call."""
+    from asgiref.sync import SyncToAsync
+    from asgiref.testing import ApplicationCommunicator
+
+    from impri.asgi import application
+
+    release = threading.Event()
+    busy = SyncToAsync.single_thread_executor.submit(release.wait, 30)
+    try:
+        call = ApplicationCommunicator(
+            application,
+            {
+                "type": "http",
+                "http_version": "1.1",
+                "method": "GET",
+                "path": "/api/v1/actions",
+                "raw_path": b"/api/v1/actions",
+                "query_string": b"",
+                "root_path": "",
+                "scheme": "http",
+                "headers": [(b"authorization", f"Bearer {agent.key}".encode())],
+                "client": ("127.0.0.1", 50000),
+                "server": ("127.0.0.1", 8000),
+            },
+        )
+        await call.send_input({"type": "http.request", "body": b""})
+        start = await call.receive_output(10)
+        body = await call.receive_output(10)
+        assert start["status"] == 200, body
+        assert b'"items"' in body["body"]
+        assert not busy.done()  # answered while the shared thread was still held
+    finally:
+        release.set()
+    assert busy.result() is True
