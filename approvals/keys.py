@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
@@ -16,7 +17,7 @@ from audit import log as audit
 from audit.identity import current_actor
 from audit.models import ActorType
 
-from . import faults
+from . import faults, rows
 from .errors import RateLimited
 from .models import Agent, ApiKey, hash_key, random_base62
 
@@ -126,12 +127,7 @@ def authenticate(raw: str) -> Principal | None:
     """Return the caller for a raw key, or None when it is unknown, revoked or disabled."""
     if not raw or len(raw) > 100:
         return None
-    key = (
-        ApiKey.objects.active()
-        .select_related("agent", "user")
-        .filter(key_hash=hash_key(raw))
-        .first()
-    )
+    key = _active_key(hash_key(raw))
     if key is None:
         return None
     if key.kind == ApiKey.Kind.AGENT and not key.agent.is_active:
@@ -143,6 +139,40 @@ def authenticate(raw: str) -> Principal | None:
     if key.kind == ApiKey.Kind.AGENT:
         return Principal(key=key, agent=key.agent)
     return Principal(key=key, user=key.user)
+
+
+def _active_key(key_hash: str) -> ApiKey | None:
+    """The unrevoked key with this hash, its agent or user loaded: one plain SQL statement.
+
+    Every API call and MCP session runs it (see ``approvals.rows``); it reads
+    what ``ApiKey.objects.active().select_related("agent", "user")`` would.
+    """
+    connection = transaction.get_connection()
+    quote = connection.ops.quote_name
+    User = get_user_model()
+    key_cols = rows.columns(ApiKey, "k", connection.alias)
+    agent_cols = rows.columns(Agent, "a", connection.alias)
+    user_cols = rows.columns(User, "u", connection.alias)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {key_cols.sql}, {agent_cols.sql}, {user_cols.sql}"
+            f" FROM {quote(ApiKey._meta.db_table)} k"
+            f" LEFT JOIN {quote(Agent._meta.db_table)} a"
+            f" ON a.{quote(Agent._meta.pk.column)} = k.{quote('agent_id')}"
+            f" LEFT JOIN {quote(User._meta.db_table)} u"
+            f" ON u.{quote(User._meta.pk.column)} = k.{quote('user_id')}"
+            f" WHERE k.{quote('key_hash')} = %s AND k.{quote('revoked_at')} IS NULL",
+            [key_hash],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    key = key_cols.instance(row[: len(key_cols)])
+    if key.agent_id is not None:
+        key.agent = agent_cols.instance(row[len(key_cols) : len(key_cols) + len(agent_cols)])
+    if key.user_id is not None:
+        key.user = user_cols.instance(row[len(key_cols) + len(agent_cols) :])
+    return key
 
 
 def _touch(key: ApiKey) -> None:

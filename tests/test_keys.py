@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from io import StringIO
 
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
+from django.utils import timezone
 
 from approvals import keys
 from approvals.models import Agent, ApiKey, hash_key
@@ -165,3 +167,30 @@ def test_saving_an_agent_without_the_button_keeps_the_secret(ops_client):
     )
     agent.refresh_from_db()
     assert agent.description == "renamed" and agent.webhook_secret == old
+
+
+def _fields(instance) -> dict:
+    return {f.attname: getattr(instance, f.attname) for f in type(instance)._meta.concrete_fields}
+
+
+def test_the_key_check_reads_what_the_orm_would_for_both_kinds_of_key(db):
+    """``authenticate`` reads key, agent and user in plain SQL: the same values, typed as the ORM's."""
+    agent, agent_raw = keys.create_agent(name="plain-sql-bot", description="ä ✓")
+    rita = User.objects.create_user("rita-sql", password="pw-rita-long-1", is_staff=True)
+    _, reviewer_raw = keys.create_reviewer_token(rita, is_service=True)
+    # Used seconds ago, so the check does not write a newer last use under the comparison.
+    ApiKey.objects.update(last_used_at=timezone.now() - timedelta(seconds=5))
+    for raw in (agent_raw, reviewer_raw):
+        principal = keys.authenticate(raw)
+        orm = ApiKey.objects.select_related("agent", "user").get(key_hash=hash_key(raw))
+        assert _fields(principal.key) == _fields(orm)
+        assert principal.key.last_used_at.tzinfo is not None
+        owner = principal.agent or principal.user
+        assert _fields(owner) == _fields(orm.agent or orm.user)
+        assert type(owner.is_active) is bool and not principal.key._state.adding
+    assert keys.authenticate(agent_raw).agent.description == "ä ✓"
+    assert keys.authenticate(reviewer_raw).key.is_service is True
+    assert keys.authenticate(reviewer_raw).user.is_staff is True
+    keys.revoke_key(ApiKey.objects.get(agent=agent))
+    assert keys.authenticate(agent_raw) is None
+    assert keys.authenticate(agent_raw[:-1] + "x") is None
