@@ -90,6 +90,46 @@ def urls_in(text: str) -> list[str]:
 # --- Email --------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("members", "config", "channels"),
+    [
+        ("with addresses", None, ["email"]),
+        ("without addresses", None, []),
+        ("only an inactive one with an address", None, []),
+        ("without addresses", {"extra_emails": ["leads@example.com"]}, ["email"]),
+        ("without addresses", {"extra_emails": []}, []),
+        ("with addresses", {"email_enabled": False}, []),
+        (
+            "with addresses",
+            {"email_enabled": False, "slack_webhook_url": "https://hooks.example.com/x"},
+            ["slack"],
+        ),
+        (
+            "with addresses",
+            {"slack_webhook_url": "https://hooks.example.com/x"},
+            ["email", "slack"],
+        ),
+    ],
+)
+def test_a_push_to_the_queue_writes_one_row_per_channel_the_group_has_on(
+    agent, team, members, config, channels
+):
+    if members == "without addresses":
+        User.objects.filter(groups=team).update(email="")
+    elif members == "only an inactive one with an address":
+        User.objects.filter(groups=team, is_active=True).update(email="")
+    if config is not None:
+        configure(team, **config)
+    Group.objects.create(name="other-team")  # another group's settings must not count
+    configure(Group.objects.get(name="other-team"), slack_webhook_url="https://hooks.example.com/o")
+
+    action = make_action(agent.agent)
+
+    made = Notification.objects.filter(action=action, kind="new")
+    assert sorted(made.values_list("channel", flat=True)) == channels
+    assert all(note.group_id == team.pk for note in made)
+
+
 def test_an_email_reaches_the_groups_members_with_a_link_to_the_action_page(agent, team):
     configure(team, extra_emails=["support-leads@example.com", "lee@example.com"])
     action = make_action(agent.agent)
