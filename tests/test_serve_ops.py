@@ -171,3 +171,29 @@ def test_a_burst_of_connections_while_the_server_is_busy_is_queued_not_dropped(b
         assert httpx.get(server.url + "/healthz", timeout=10).status_code == 200
     finally:
         deployment.close()
+
+
+@pytest.mark.parametrize(
+    ("header", "parsed"),
+    [
+        (b"application/json", b"application/json"),
+        (b"Application/JSON; charset=UTF-8", b"application/json"),
+        (b"multipart/form-data; boundary=xyz", b"multipart/form-data"),
+        (b"nonsense", b"text/plain"),  # the email package's answer for a malformed value
+    ],
+)
+def test_twisteds_content_type_parse_is_cached_and_answers_as_before(monkeypatch, header, parsed):
+    from twisted.web import http
+
+    from impri.management.commands import serve
+
+    original = http._parseContentType
+    monkeypatch.setattr(http, "_parseContentType", original)
+    serve._cache_content_type_parsing()
+    cached = http._parseContentType
+    assert cached is not original and cached.cache_info().currsize == 0
+    assert cached(header) == original(header) == parsed
+    assert cached(header) == parsed
+    assert cached.cache_info().hits == 1
+    serve._cache_content_type_parsing()  # a second call wraps nothing twice
+    assert http._parseContentType is cached

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 
 from django.conf import settings
@@ -44,6 +45,7 @@ class Command(BaseCommand):
         from impri import ticker as embedded_ticker
 
         _tune_gc()
+        _cache_content_type_parsing()
         if not no_migrate:
             call_command("migrate", interactive=False, verbosity=0)
         services.default_group()
@@ -88,3 +90,19 @@ def _tune_gc() -> None:
     """
     young, middle, _ = gc.get_threshold()
     gc.set_threshold(young, middle, settings.IMPRI_GC_FULL_EVERY)
+
+
+def _cache_content_type_parsing() -> None:
+    """Remember Twisted's parse of each distinct Content-Type header (at most 64 of them).
+
+    Twisted parses the Content-Type of every request with a body by building an
+    ``email.message.EmailMessage`` (to find form posts): about 5 % of the CPU a push
+    costs (docs/benchmarks.md). Agents send the same one or two values over and over.
+    The parse is a pure function of the header's bytes, so its answers are kept in
+    an LRU cache; a Twisted without the function is left as it is.
+    """
+    from twisted.web import http
+
+    parse = getattr(http, "_parseContentType", None)
+    if parse is not None and not hasattr(parse, "cache_info"):
+        http._parseContentType = functools.lru_cache(maxsize=64)(parse)
