@@ -51,3 +51,26 @@ def test_a_push_runs_a_bounded_number_of_statements(agent, amount):
     # UPDATE or the group's notification settings; the routed and the default group (one
     # query); the action; the chain's head, the events and the head's move.
     assert len(sql) <= 9, "\n".join(sql)
+
+
+def test_the_plain_insert_stores_what_the_push_built(agent, db):
+    """The push writes its action with one plain INSERT: read back, every field is as built."""
+    from approvals import services
+    from approvals.models import Action
+    from approvals.schemas import ActionIn
+
+    install_rules(RULES)
+    body = refund(12345)
+    body.update(
+        context={"customer": "Zoë", "nested": [1, 2.5, None, {"ok": True}]},
+        flags=["policy_exception"],
+        target_url="https://shop.example.com/orders/10432",
+    )
+    built, created = services.push_action(agent.agent, ActionIn(**body), idempotency_key="k-1")
+    assert created and not built._state.adding
+    stored = Action.objects.get(pk=built.pk)
+    for field in Action._meta.concrete_fields:
+        assert getattr(stored, field.attname) == getattr(built, field.attname), field.name
+    assert stored.created_at.tzinfo is not None and stored.escalate_at is None
+    assert stored.context["nested"][3] == {"ok": True}
+    assert stored.review_group.name == "support-leads"

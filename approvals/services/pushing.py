@@ -17,7 +17,7 @@ from rules import engine as rule_engine
 from rules import services as rule_services
 from rules.bounds import effective_bounds
 
-from .. import events, outbound, outbox
+from .. import events, outbound, outbox, rows
 from ..errors import IdempotencyConflict, InvalidInput
 from ..models import Action, ActionStatus, Agent, Notification
 from ..schemas import ActionIn
@@ -163,7 +163,7 @@ def _create(agent: Agent, data: ActionIn, key: str | None, request_hash: str) ->
         callback_url=data.callback_url or "",
         supersedes_id=data.supersedes or None,
     )
-    action.save(force_insert=True)
+    rows.insert(action)  # save(force_insert=True) without compiling the ORM's INSERT
     _audit_push(action, verdict, loaded.version)
     if action.status == ActionStatus.PENDING:
         events.publish_on_commit(action, "action.pushed")
