@@ -197,3 +197,23 @@ def test_twisteds_content_type_parse_is_cached_and_answers_as_before(monkeypatch
     assert cached.cache_info().hits == 1
     serve._cache_content_type_parsing()  # a second call wraps nothing twice
     assert http._parseContentType is cached
+
+
+def test_twisteds_own_access_line_is_not_formatted(monkeypatch):
+    """Impri's AccessLog writes the line; Twisted's factory formats none (it went nowhere)."""
+    from daphne.http_protocol import HTTPFactory
+
+    from impri.management.commands import serve
+
+    monkeypatch.setattr(HTTPFactory, "log", HTTPFactory.log)
+    written = []
+    factory = HTTPFactory.__new__(HTTPFactory)
+    factory._logFile = type("Sink", (), {"write": lambda self, line: written.append(line)})()
+    factory._logFormatter = lambda when, request: "a line"
+    factory._logDateTime = "now"
+    factory.log(object())
+    assert written == ["a line\n"]  # what Twisted does by itself
+
+    serve._skip_twisted_access_log()
+    factory.log(object())
+    assert written == ["a line\n"]

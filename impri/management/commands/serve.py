@@ -46,6 +46,7 @@ class Command(BaseCommand):
 
         _tune_gc()
         _cache_content_type_parsing()
+        _skip_twisted_access_log()
         if not no_migrate:
             call_command("migrate", interactive=False, verbosity=0)
         services.default_group()
@@ -106,3 +107,19 @@ def _cache_content_type_parsing() -> None:
     parse = getattr(http, "_parseContentType", None)
     if parse is not None and not hasattr(parse, "cache_info"):
         http._parseContentType = functools.lru_cache(maxsize=64)(parse)
+
+
+def _skip_twisted_access_log() -> None:
+    """Twisted's HTTP factory formats a combined-log line for every request: skip it.
+
+    Daphne sends Twisted's log nowhere (``-v 0``), and Impri logs each request
+    itself (``impri.logs.AccessLog``, with its request id). The line was formatted
+    and published anyway: about 1.5 % of the CPU a push costs (docs/benchmarks.md).
+    """
+    from daphne.http_protocol import HTTPFactory
+
+    HTTPFactory.log = _no_access_log
+
+
+def _no_access_log(self, request) -> None:
+    """Nothing: ``impri.logs.AccessLog`` writes the request's line."""
