@@ -101,3 +101,29 @@ def test_32_simultaneous_pushes_from_empty_fill_the_budget_exactly(agent):
         statuses = run_together([lambda: status_of(agent, refund(1000))] * 32)
     assert Counter(statuses) == {"approved": 10, "pending": 22}
     assert BudgetCounter.objects.get().total == 10000
+
+
+def test_a_retried_push_reserves_nothing_more_and_writes_nothing_more(agent, db):
+    """A replayed key is refused by the unique constraint: its whole transaction is undone."""
+    from audit import log as audit
+    from audit.models import AuditEvent
+
+    install_rules(BUDGET)
+    client = agent.client()
+    with time_machine.travel("2026-12-02 09:00:00Z", tick=False):
+        first = client.post("/actions", refund(3000), headers={"Idempotency-Key": "retry-1"})
+        events = AuditEvent.objects.count()
+        replays = [
+            client.post("/actions", refund(3000), headers={"Idempotency-Key": "retry-1"})
+            for _ in range(5)
+        ]
+        # Filling the budget afterwards does not change what the retry answers.
+        assert status_of(agent, refund(5000)) == "approved"
+        late = client.post("/actions", refund(3000), headers={"Idempotency-Key": "retry-1"})
+    assert first.status_code == 201 and first.json()["status"] == "approved"
+    assert {r.status_code for r in [*replays, late]} == {200}
+    assert {r.json()["action_id"] for r in [*replays, late]} == {first.json()["action_id"]}
+    assert BudgetCounter.objects.get().total == 8000  # 3000 + 5000: no retry reserved
+    assert Action.objects.count() == 2
+    assert AuditEvent.objects.count() == events + 3  # the second push's three events only
+    assert audit.verify().ok
