@@ -51,9 +51,11 @@ class ApiASGIHandler(ASGIHandler):
         connections and caches, and an API request opens none on the loop's
         thread (its database work runs on ``approvals.dbexec``'s pool, which
         gives its connections back after every call). So they run here, on the
-        loop, where they find nothing to close and cost no thread hop. The rest
-        is Django's: the body read, the disconnect listener that cancels a
-        long-poll whose client went away, the response sent.
+        loop, where they find nothing to close and cost no thread hop. (A
+        coroutine receiver can't be sent to from the loop this way: a test
+        keeps these signals' receivers sync, and pins the Django version this
+        copies.) The rest is Django's: the body read, the disconnect listener
+        that cancels a long-poll whose client went away, the response sent.
         """
         try:
             body_file = await self.read_body(receive)

@@ -104,7 +104,7 @@ def test_32_simultaneous_pushes_from_empty_fill_the_budget_exactly(agent):
 
 
 def test_a_retried_push_reserves_nothing_more_and_writes_nothing_more(agent, db):
-    """A replayed key is refused by the unique constraint: its whole transaction is undone."""
+    """A retried push is answered from the first one: no budget reserved, no event written."""
     from audit import log as audit
     from audit.models import AuditEvent
 

@@ -43,12 +43,10 @@ def push_action(
     request_hash = hashlib.sha256(
         canonical_json(data.model_dump(mode="json", exclude=unhashed))
     ).hexdigest()
-    if key and (data.callback_url or data.supersedes):
-        # The checks below could refuse a retry whose first attempt went through (the
-        # action it supersedes is now "already replaced"): look for the key first.
-        # Any other push goes straight to its insert; a replayed key loses on the
-        # unique constraint and reads the winner below, its transaction rolled back
-        # whole (budget reservation included). A new push saves a query.
+    if key:
+        # A retry comes when the caller timed out, often under load: answering it from
+        # one read keeps it from taking the write lock (SQLite's is the whole database's)
+        # and a budget row's lock just to lose on the unique constraint.
         existing = _with_key(agent, key)
         if existing is not None:
             return _replay(existing, request_hash), False
@@ -61,7 +59,7 @@ def push_action(
             action = _create(agent, data, key, request_hash)
     except IntegrityError:
         existing = _with_key(agent, key) if key else None
-        if existing is not None:  # a replay, or a concurrent push with the same key won
+        if existing is not None:  # a concurrent push with the same key won
             return _replay(existing, request_hash), False
         if data.supersedes:  # a concurrent push replaced the same action first: say which
             check_supersedes(agent, data.supersedes)
