@@ -120,8 +120,8 @@ class WaiterHub:
                 watchers.discard(watch)
                 if not watchers:
                     del self.watches[action_id]
-                    self._joins.pop(action_id, None)
-                    await asyncio.shield(self._leave(action_id))
+                    join = self._joins.pop(action_id, None)
+                    await asyncio.shield(self._leave(action_id, join))
 
     @property
     def waiting(self) -> int:
@@ -159,7 +159,11 @@ class WaiterHub:
         except Exception as exc:
             self._layer_failed("join", exc)
 
-    async def _leave(self, action_id: str) -> None:
+    async def _leave(self, action_id: str, join: asyncio.Task | None = None) -> None:
+        if join is not None and not join.done():
+            # A waiter cancelled while its group_add is in flight: the group may be
+            # joined only once that call returns, so leave after it, not before.
+            await asyncio.wait([join])
         if action_id not in self._joined:
             return
         self._joined.discard(action_id)
