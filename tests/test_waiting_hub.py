@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import threading
 import time
@@ -213,3 +214,37 @@ def test_the_api_handlers_copy_of_djangos_handle_still_fits():
     ]:
         sync_receivers, async_receivers = signal._live_receivers(sender)
         assert sync_receivers and not async_receivers, (signal, async_receivers)
+
+
+async def test_a_wait_cancelled_while_its_group_is_joined_leaves_the_group_after(monkeypatch):
+    """The leave waits for an in-flight join: a cancel during group_add leaves no membership."""
+    from tests.test_mcp_unit import group_members
+    from tests.waits import until
+
+    hub = waiting.hub()
+    assert hub.layer is not None
+    action_id = f"act_joinrace{time.time_ns()}"  # Redis keeps groups across test runs
+    gate = asyncio.Event()
+    group_add = hub.layer.group_add
+
+    async def slow_group_add(group, channel):
+        await gate.wait()  # the join is in flight until the test lets it finish
+        await group_add(group, channel)
+
+    monkeypatch.setattr(hub.layer, "group_add", slow_group_add)
+
+    async def wait_there():
+        async with hub.watch(action_id):
+            await asyncio.sleep(60)
+
+    waiter = asyncio.create_task(wait_there())
+    await until(lambda: action_id in hub._joins)
+    join = hub._joins[action_id]
+    waiter.cancel()
+    await asyncio.sleep(0.05)  # the cancelled waiter reaches its leave
+    gate.set()
+    await join
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.wait_for(waiter, 5)
+    assert await sync_to_async(group_members)(action_id) == 0
+    assert action_id not in hub._joined and action_id not in hub.watches
