@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from . import chain
 from .models import (
     CURRENT_SCHEME,
     GENESIS_HASH,
@@ -76,7 +77,7 @@ def record(
     if buffers:
         buffers[-1].append(entry)
     else:
-        _append([entry])
+        chain.append([entry])
     return entry
 
 
@@ -118,65 +119,7 @@ def batch():
     if buffers:  # nested: the outer block appends
         buffers[-1].extend(buffer)
     else:
-        _append(buffer)
-
-
-def _append(entries: list[AuditEvent]) -> None:
-    """Chain ``entries`` after the head and insert them.
-
-    1. Lock the chain head in a statement of its own (``SELECT … FOR UPDATE``);
-       on SQLite the IMMEDIATE transaction already holds the write lock.
-    2. Chain each event to the previous hash and insert them in one statement.
-    3. Move the head. Concurrent writers queue on step 1, so no two events
-       ever share a ``prev_hash``.
-    """
-    connection = transaction.get_connection()
-    table = connection.ops.quote_name(ChainHead._meta.db_table)
-    # Plain SQL for the two statements every audited change runs under the lock:
-    # the ORM's per-query compilation costs more than the statements themselves.
-    lock = f"SELECT seq, hash FROM {table} WHERE id = 1"
-    if connection.features.has_select_for_update:
-        lock += " FOR UPDATE"
-    with connection.cursor() as cursor:
-        cursor.execute(lock)
-        row = cursor.fetchone()
-        if row is None:
-            ChainHead.objects.get_or_create(pk=1)
-            cursor.execute(lock)
-            row = cursor.fetchone()
-        seq, prev_hash = row
-        at = timezone.now()
-        for entry in entries:
-            seq += 1
-            entry.seq, entry.at, entry.prev_hash = seq, at, prev_hash
-            entry.hash = prev_hash = entry.compute_hash()
-        _insert(cursor, connection, entries)
-        cursor.execute(f"UPDATE {table} SET seq = %s, hash = %s WHERE id = 1", [seq, prev_hash])
-
-
-def _insert(cursor, connection, entries: list[AuditEvent]) -> None:
-    """``bulk_create`` without the ORM's compilation: multi-row INSERTs.
-
-    Each value is prepared by its field (``get_db_prep_save``), as ``bulk_create``
-    does: ``at`` as the backend's datetime, ``data`` as its JSON. Batches are the
-    backend's size (SQLite's limit on parameters), as ``bulk_create``'s are.
-    """
-    fields = AuditEvent._meta.concrete_fields
-    quote = connection.ops.quote_name
-    columns = ", ".join(quote(field.column) for field in fields)
-    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
-    size = max(1, connection.ops.bulk_batch_size(fields, entries))
-    for start in range(0, len(entries), size):
-        batch = entries[start : start + size]
-        cursor.execute(
-            f"INSERT INTO {quote(AuditEvent._meta.db_table)} ({columns}) VALUES "
-            + ", ".join([row] * len(batch)),
-            [
-                field.get_db_prep_save(getattr(entry, field.attname), connection)
-                for entry in batch
-                for field in fields
-            ],
-        )
+        chain.append(buffer)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,185 @@
+"""Appending events to the chain: under the head's lock, as briefly as the database allows.
+
+Every audited change appends its events at the end of its transaction, and every
+append locks the chain's one head row until the transaction commits. So the
+time from taking that lock to the commit bounds how many changes a second the
+whole deployment can make (``docs/benchmarks.md``, pushes).
+
+- **PostgreSQL**: one call of the ``impri_audit_append`` function (installed by
+  migration ``audit.0004``) locks the head, stamps, chains and inserts the
+  events and moves the head, inside the database. The lock is then held for
+  that one round trip and the commit's, and never while the process waits for
+  its interpreter lock between statements. Python prepares each event's
+  encoding before (:meth:`AuditEvent.hash_parts`); the database fills in the
+  time and the sequence number it takes under the lock and hashes with
+  ``sha256``. ``verify`` recomputes every hash in Python.
+- **SQLite**: the transaction already holds the database's write lock
+  (``BEGIN IMMEDIATE``), so Python chains the events and inserts them.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.utils import timezone
+
+from .models import AuditEvent, ChainHead
+
+# Migration audit.0004 installs this; the names are the tables' as migrated.
+POSTGRESQL_FUNCTION = """
+CREATE OR REPLACE FUNCTION impri_audit_append(
+    heads bytea[], tails bytea[], schemes integer[], actor_types text[], actor_ids text[],
+    actor_refs text[], action_ids text[], events text[], datas jsonb
+) RETURNS TABLE (out_seq bigint, out_at timestamptz, out_prev_hash text, out_hash text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    head_seq bigint;
+    head_hash text;
+    stamp timestamptz;
+    stamp_json bytea;
+    new_hash text;
+BEGIN
+    SELECT h.seq, h.hash INTO head_seq, head_hash FROM audit_chainhead h WHERE h.id = 1 FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO audit_chainhead (id, seq, hash) VALUES (1, 0, repeat('0', 64))
+            ON CONFLICT (id) DO NOTHING;
+        SELECT h.seq, h.hash INTO head_seq, head_hash FROM audit_chainhead h WHERE h.id = 1 FOR UPDATE;
+    END IF;
+    -- Stamped under the lock, as Python does on SQLite: times never go back along the chain.
+    stamp := clock_timestamp();
+    stamp_json := convert_to(
+        '"' || to_char(stamp AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') || '"', 'UTF8'
+    );
+    FOR i IN 1 .. coalesce(array_length(heads, 1), 0) LOOP
+        head_seq := head_seq + 1;
+        new_hash := encode(
+            sha256(
+                convert_to(head_hash, 'UTF8') || heads[i] || stamp_json || tails[i]
+                || convert_to(head_seq::text || '}', 'UTF8')
+            ),
+            'hex'
+        );
+        INSERT INTO audit_auditevent
+            (seq, scheme, at, actor_type, actor_id, actor_ref, action_id, event, data,
+             prev_hash, hash)
+        VALUES
+            (head_seq, schemes[i], stamp, actor_types[i], actor_ids[i], actor_refs[i],
+             action_ids[i], events[i], datas -> (i - 1), head_hash, new_hash);
+        out_seq := head_seq;
+        out_at := stamp;
+        out_prev_hash := head_hash;
+        out_hash := new_hash;
+        RETURN NEXT;
+        head_hash := new_hash;
+    END LOOP;
+    UPDATE audit_chainhead SET seq = head_seq, hash = head_hash WHERE id = 1;
+END;
+$$;
+"""
+
+POSTGRESQL_DROP = (
+    "DROP FUNCTION IF EXISTS impri_audit_append("
+    "bytea[], bytea[], integer[], text[], text[], text[], text[], text[], jsonb)"
+)
+
+
+def install(schema_editor) -> None:
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute(POSTGRESQL_FUNCTION, params=None)
+
+
+def uninstall(schema_editor) -> None:
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute(POSTGRESQL_DROP, params=None)
+
+
+def append(entries: list[AuditEvent]) -> None:
+    """Chain ``entries`` after the head and insert them; each gets its seq, at and hashes.
+
+    Concurrent writers queue on the head's lock, so no two events ever share a
+    ``prev_hash``.
+    """
+    if not entries:
+        return
+    connection = transaction.get_connection()
+    if connection.vendor == "postgresql":
+        _append_in_database(connection, entries)
+    else:
+        _append_here(connection, entries)
+
+
+def _append_in_database(connection, entries: list[AuditEvent]) -> None:
+    heads, tails = zip(*(entry.hash_parts() for entry in entries), strict=True)
+    data = AuditEvent._meta.get_field("data")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT out_seq, out_at, out_prev_hash, out_hash FROM impri_audit_append("
+            "%s::bytea[], %s::bytea[], %s::integer[], %s::text[], %s::text[], %s::text[],"
+            " %s::text[], %s::text[], %s::jsonb)",
+            [
+                list(heads),
+                list(tails),
+                [entry.scheme for entry in entries],
+                [entry.actor_type for entry in entries],
+                [entry.actor_id for entry in entries],
+                [entry.actor_ref for entry in entries],
+                [entry.action_id for entry in entries],
+                [entry.event for entry in entries],
+                data.get_db_prep_save([entry.data for entry in entries], connection),
+            ],
+        )
+        rows = cursor.fetchall()
+    for entry, (seq, at, prev_hash, hash_) in zip(entries, rows, strict=True):
+        entry.seq, entry.at, entry.prev_hash, entry.hash = seq, at, prev_hash, hash_
+
+
+def _append_here(connection, entries: list[AuditEvent]) -> None:
+    """Lock the head in a statement of its own, chain in Python, insert, move the head.
+
+    On SQLite the IMMEDIATE transaction already holds the write lock.
+    """
+    table = connection.ops.quote_name(ChainHead._meta.db_table)
+    # Plain SQL for the statements every audited change runs under the lock:
+    # the ORM's per-query compilation costs more than the statements themselves.
+    lock = f"SELECT seq, hash FROM {table} WHERE id = 1"
+    if connection.features.has_select_for_update:
+        lock += " FOR UPDATE"
+    with connection.cursor() as cursor:
+        cursor.execute(lock)
+        row = cursor.fetchone()
+        if row is None:
+            ChainHead.objects.get_or_create(pk=1)
+            cursor.execute(lock)
+            row = cursor.fetchone()
+        seq, prev_hash = row
+        at = timezone.now()
+        for entry in entries:
+            seq += 1
+            entry.seq, entry.at, entry.prev_hash = seq, at, prev_hash
+            entry.hash = prev_hash = entry.compute_hash()
+        _insert(cursor, connection, entries)
+        cursor.execute(f"UPDATE {table} SET seq = %s, hash = %s WHERE id = 1", [seq, prev_hash])
+
+
+def _insert(cursor, connection, entries: list[AuditEvent]) -> None:
+    """``bulk_create`` without the ORM's compilation: multi-row INSERTs.
+
+    Each value is prepared by its field (``get_db_prep_save``), as ``bulk_create``
+    does: ``at`` as the backend's datetime, ``data`` as its JSON. Batches are the
+    backend's size (SQLite's limit on parameters), as ``bulk_create``'s are.
+    """
+    fields = AuditEvent._meta.concrete_fields
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(field.column) for field in fields)
+    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    size = max(1, connection.ops.bulk_batch_size(fields, entries))
+    for start in range(0, len(entries), size):
+        batch = entries[start : start + size]
+        cursor.execute(
+            f"INSERT INTO {quote(AuditEvent._meta.db_table)} ({columns}) VALUES "
+            + ", ".join([row] * len(batch)),
+            [
+                field.get_db_prep_save(getattr(entry, field.attname), connection)
+                for entry in batch
+                for field in fields
+            ],
+        )

@@ -1,0 +1,129 @@
+"""The chain's append on each backend: PostgreSQL's function hashes exactly as Python verifies.
+
+On PostgreSQL the events are stamped, chained and hashed inside the database
+(``impri_audit_append``, see ``audit.chain``) from the encoding Python prepares;
+on SQLite Python does it all. Either way ``verify``, which recomputes every hash
+in Python, must accept the result, and the split encoding must be the canonical
+one for any event.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from audit import log as audit_log
+from audit.models import CURRENT_SCHEME, AuditEvent, ChainHead, canonical_json, format_at
+
+# Strings PostgreSQL's text columns and UTF-8 accept (no NUL, no lone surrogate), as every
+# input path guarantees.
+texts = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40
+)
+
+# JSON values as agents send them: every kind of string, exact and inexact numbers, nesting.
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**25), max_value=10**25)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | texts,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(texts, children, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    data=st.dictionaries(texts, json_values, max_size=5),
+    actor_id=texts,
+    actor_ref=texts,
+    action_id=texts,
+    event=texts,
+    seq=st.integers(min_value=1, max_value=2**62),
+    micros=st.integers(min_value=0, max_value=10**17),
+)
+def test_the_split_encoding_is_the_canonical_one(
+    data, actor_id, actor_ref, action_id, event, seq, micros
+):
+    entry = AuditEvent(
+        scheme=CURRENT_SCHEME,
+        actor_type="agent",
+        actor_id=actor_id,
+        actor_ref=actor_ref,
+        action_id=action_id,
+        event=event,
+        data=data,
+    )
+    head, tail = entry.hash_parts()
+    entry.seq = seq
+    entry.at = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros)
+    assembled = head + canonical_json(format_at(entry.at)) + tail + str(seq).encode() + b"}"
+    assert assembled == canonical_json(entry.hashed_fields())
+
+
+TRICKY = [
+    {"amount": 8400, "rate": 0.1, "big": 10**22, "tiny": 1e-7, "neg_zero": -0.0},
+    {"text": 'é \u2028 \u2029 \U0001f4b8 "quoted" back\\slash \t tab </script>'},
+    {"nested": {"b": [1, {"z": None, "a": True}], "a": "x"}, "": "empty key"},
+    {},
+]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_appended_events_verify_and_chain_in_order():
+    with transaction.atomic(), audit_log.batch():
+        recorded = [
+            audit_log.record(
+                "test.tricky",
+                actor_type="agent",
+                actor_id="bot \u00e9",
+                actor_ref="agent:1",
+                action_id=f"act_{i}",
+                data=data,
+            )
+            for i, data in enumerate(TRICKY)
+        ]
+    with transaction.atomic():  # a second transaction continues the chain
+        later = audit_log.record("test.later", actor_type="system", actor_id="system")
+
+    stored = list(AuditEvent.objects.order_by("seq"))
+    assert [e.seq for e in stored] == list(range(1, len(TRICKY) + 2))
+    # What record() returned is what was stored: seq, time and both hashes.
+    for entry, row in zip([*recorded, later], stored, strict=True):
+        assert (entry.seq, entry.at, entry.prev_hash, entry.hash) == (
+            row.seq,
+            row.at,
+            row.prev_hash,
+            row.hash,
+        )
+        assert row.hash_matches()
+    assert len({e.at for e in stored[: len(TRICKY)]}) == 1  # one transaction, one stamp
+    assert stored[-1].at >= stored[0].at
+    head = ChainHead.objects.get(pk=1)
+    assert (head.seq, head.hash) == (stored[-1].seq, stored[-1].hash)
+    assert audit_log.verify().ok
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_backend_appends_its_own_way():
+    """PostgreSQL: one call of the function under the lock. SQLite: Python's statements."""
+    with CaptureQueriesContext(connection) as queries, transaction.atomic(), audit_log.batch():
+        for n in range(3):
+            audit_log.record("test.way", actor_type="system", actor_id="system", data={"n": n})
+    statements = [q["sql"] for q in queries.captured_queries]
+    calls = [s for s in statements if "impri_audit_append" in s]
+    touches_head = [s for s in statements if "audit_chainhead" in s]
+    if connection.vendor == "postgresql":
+        assert len(calls) == 1
+        assert touches_head == []  # the function locks and moves the head itself
+    else:
+        assert calls == []
+        assert any(s.lstrip().upper().startswith("UPDATE") for s in touches_head)
+    assert AuditEvent.objects.filter(event="test.way").count() == 3
+    assert audit_log.verify().ok
