@@ -24,14 +24,15 @@ from django.utils import timezone
 
 from .models import AuditEvent, ChainHead
 
-# Migration audit.0004 installs this; the names are the tables' as migrated.
+# Migration audit.0004 installs this; the names are the tables' as migrated. A database
+# that has migrated keeps the function it got: a change here needs a new migration that
+# calls install() again.
 POSTGRESQL_FUNCTION = """
-CREATE OR REPLACE FUNCTION impri_audit_append(
-    heads bytea[], tails bytea[], schemes integer[], actor_types text[], actor_ids text[],
-    actor_refs text[], action_ids text[], events text[], datas jsonb
-) RETURNS TABLE (out_seq bigint, out_at timestamptz, out_prev_hash text, out_hash text)
+CREATE OR REPLACE FUNCTION impri_audit_append(entries jsonb)
+RETURNS TABLE (out_seq bigint, out_at timestamptz, out_prev_hash text, out_hash text)
 LANGUAGE plpgsql AS $$
 DECLARE
+    entry jsonb;
     head_seq bigint;
     head_hash text;
     stamp timestamptz;
@@ -49,12 +50,13 @@ BEGIN
     stamp_json := convert_to(
         '"' || to_char(stamp AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') || '"', 'UTF8'
     );
-    FOR i IN 1 .. coalesce(array_length(heads, 1), 0) LOOP
+    FOR entry IN SELECT value FROM jsonb_array_elements(entries) WITH ORDINALITY ORDER BY ordinality
+    LOOP
         head_seq := head_seq + 1;
         new_hash := encode(
             sha256(
-                convert_to(head_hash, 'UTF8') || heads[i] || stamp_json || tails[i]
-                || convert_to(head_seq::text || '}', 'UTF8')
+                convert_to(head_hash || (entry ->> 'head'), 'UTF8') || stamp_json
+                || convert_to((entry ->> 'tail') || head_seq::text || '}', 'UTF8')
             ),
             'hex'
         );
@@ -62,8 +64,9 @@ BEGIN
             (seq, scheme, at, actor_type, actor_id, actor_ref, action_id, event, data,
              prev_hash, hash)
         VALUES
-            (head_seq, schemes[i], stamp, actor_types[i], actor_ids[i], actor_refs[i],
-             action_ids[i], events[i], datas -> (i - 1), head_hash, new_hash);
+            (head_seq, (entry ->> 'scheme')::integer, stamp, entry ->> 'actor_type',
+             entry ->> 'actor_id', entry ->> 'actor_ref', entry ->> 'action_id',
+             entry ->> 'event', entry -> 'data', head_hash, new_hash);
         out_seq := head_seq;
         out_at := stamp;
         out_prev_hash := head_hash;
@@ -76,10 +79,7 @@ END;
 $$;
 """
 
-POSTGRESQL_DROP = (
-    "DROP FUNCTION IF EXISTS impri_audit_append("
-    "bytea[], bytea[], integer[], text[], text[], text[], text[], text[], jsonb)"
-)
+POSTGRESQL_DROP = "DROP FUNCTION IF EXISTS impri_audit_append(jsonb)"
 
 
 def install(schema_editor) -> None:
@@ -108,24 +108,29 @@ def append(entries: list[AuditEvent]) -> None:
 
 
 def _append_in_database(connection, entries: list[AuditEvent]) -> None:
-    heads, tails = zip(*(entry.hash_parts() for entry in entries), strict=True)
+    # One JSON document for all the events: one parameter to send, not one array per column.
+    # The encodings are UTF-8 text, so they travel as JSON strings.
+    document = []
+    for entry in entries:
+        head, tail = entry.hash_parts()
+        document.append(
+            {
+                "head": head.decode(),
+                "tail": tail.decode(),
+                "scheme": entry.scheme,
+                "actor_type": entry.actor_type,
+                "actor_id": entry.actor_id,
+                "actor_ref": entry.actor_ref,
+                "action_id": entry.action_id,
+                "event": entry.event,
+                "data": entry.data,
+            }
+        )
     data = AuditEvent._meta.get_field("data")
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT out_seq, out_at, out_prev_hash, out_hash FROM impri_audit_append("
-            "%s::bytea[], %s::bytea[], %s::integer[], %s::text[], %s::text[], %s::text[],"
-            " %s::text[], %s::text[], %s::jsonb)",
-            [
-                list(heads),
-                list(tails),
-                [entry.scheme for entry in entries],
-                [entry.actor_type for entry in entries],
-                [entry.actor_id for entry in entries],
-                [entry.actor_ref for entry in entries],
-                [entry.action_id for entry in entries],
-                [entry.event for entry in entries],
-                data.get_db_prep_save([entry.data for entry in entries], connection),
-            ],
+            "SELECT out_seq, out_at, out_prev_hash, out_hash FROM impri_audit_append(%s::jsonb)",
+            [data.get_db_prep_save(document, connection)],
         )
         rows = cursor.fetchall()
     for entry, (seq, at, prev_hash, hash_) in zip(entries, rows, strict=True):
