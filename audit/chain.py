@@ -19,14 +19,17 @@ whole deployment can make (``docs/benchmarks.md``, pushes).
 
 from __future__ import annotations
 
+import hashlib
+
 from django.db import transaction
 from django.utils import timezone
 
-from .models import AuditEvent, ChainHead
+from .models import AuditEvent, ChainHead, canonical_json, format_at
 
-# Migration audit.0004 installs this; the names are the tables' as migrated. A database
-# that has migrated keeps the function it got: a change here needs a new migration that
-# calls install() again.
+# The function as the migrations leave it; the names are the tables' as migrated. Each
+# migration that (re)creates it carries its own copy (0004), because a database keeps the
+# function it migrated to: a change here needs a new migration with the new text, and
+# tests/test_audit_chain_sql.py fails on PostgreSQL until the two agree.
 POSTGRESQL_FUNCTION = """
 CREATE OR REPLACE FUNCTION impri_audit_append(entries jsonb)
 RETURNS TABLE (out_seq bigint, out_at timestamptz, out_prev_hash text, out_hash text)
@@ -79,18 +82,6 @@ END;
 $$;
 """
 
-POSTGRESQL_DROP = "DROP FUNCTION IF EXISTS impri_audit_append(jsonb)"
-
-
-def install(schema_editor) -> None:
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(POSTGRESQL_FUNCTION, params=None)
-
-
-def uninstall(schema_editor) -> None:
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(POSTGRESQL_DROP, params=None)
-
 
 def append(entries: list[AuditEvent]) -> None:
     """Chain ``entries`` after the head and insert them; each gets its seq, at and hashes.
@@ -110,9 +101,9 @@ def append(entries: list[AuditEvent]) -> None:
 def _append_in_database(connection, entries: list[AuditEvent]) -> None:
     # One JSON document for all the events: one parameter to send, not one array per column.
     # The encodings are UTF-8 text, so they travel as JSON strings.
+    parts = [entry.hash_parts() for entry in entries]
     document = []
-    for entry in entries:
-        head, tail = entry.hash_parts()
+    for entry, (head, tail) in zip(entries, parts, strict=True):
         document.append(
             {
                 "head": head.decode(),
@@ -129,11 +120,17 @@ def _append_in_database(connection, entries: list[AuditEvent]) -> None:
     data = AuditEvent._meta.get_field("data")
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT out_seq, out_at, out_prev_hash, out_hash FROM impri_audit_append(%s::jsonb)",
+            "SELECT out_seq, out_at, out_prev_hash, out_hash FROM impri_audit_append(%s::jsonb)"
+            " ORDER BY out_seq",
             [data.get_db_prep_save(document, connection)],
         )
         rows = cursor.fetchall()
-    for entry, (seq, at, prev_hash, hash_) in zip(entries, rows, strict=True):
+    for entry, (head, tail), (seq, at, prev_hash, hash_) in zip(entries, parts, rows, strict=True):
+        # The database hashed what Python meant it to, or the transaction rolls back: an
+        # event the triggers keep forever must never fail verification for a formatting slip.
+        body = head + canonical_json(format_at(at)) + tail + str(seq).encode() + b"}"
+        if hashlib.sha256(prev_hash.encode("ascii") + body).hexdigest() != hash_:
+            raise RuntimeError(f"impri_audit_append hashed event #{seq} unlike Python")
         entry.seq, entry.at, entry.prev_hash, entry.hash = seq, at, prev_hash, hash_
 
 

@@ -17,6 +17,7 @@ from django.test.utils import CaptureQueriesContext
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from audit import chain
 from audit import log as audit_log
 from audit.models import CURRENT_SCHEME, AuditEvent, ChainHead, canonical_json, format_at
 
@@ -127,3 +128,48 @@ def test_each_backend_appends_its_own_way():
         assert any(s.lstrip().upper().startswith("UPDATE") for s in touches_head)
     assert AuditEvent.objects.filter(event="test.way").count() == 3
     assert audit_log.verify().ok
+
+
+@pytest.mark.django_db(transaction=True)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    events=st.lists(
+        st.tuples(
+            texts.filter(lambda t: len(t) <= 60 and not t.endswith(" ")),
+            texts.filter(lambda t: not t.endswith(" ")),
+            texts.filter(lambda t: len(t) <= 40 and not t.endswith(" ")),
+            st.dictionaries(texts, json_values, max_size=4),
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_any_event_appended_in_the_database_hashes_as_python_verifies(events):
+    """Random names and data, through the real append (PostgreSQL's function, or Python's)."""
+    with transaction.atomic(), audit_log.batch():
+        recorded = [
+            audit_log.record(
+                event or "e", actor_type="agent", actor_id=actor, action_id=action, data=data
+            )
+            for event, actor, action, data in events
+        ]
+    for entry in recorded:
+        stored = AuditEvent.objects.get(seq=entry.seq)
+        assert stored.hash == entry.hash
+        assert stored.hash_matches()
+        # jsonb may respell a number (1e21 comes back as an integer); its encoding is by value.
+        assert canonical_json(stored.data) == canonical_json(entry.data)
+    assert audit_log.verify().ok
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="the function exists on PostgreSQL only"
+)
+@pytest.mark.django_db
+def test_the_migrated_function_is_the_one_in_the_code():
+    """A change to audit.chain's SQL needs a migration carrying it: migrated databases keep theirs."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT prosrc FROM pg_proc WHERE proname = 'impri_audit_append'")
+        (installed,) = cursor.fetchone()
+    in_code = chain.POSTGRESQL_FUNCTION.split("$$")[1]
+    assert installed.strip() == in_code.strip()
