@@ -61,6 +61,7 @@ from bench._live import (  # noqa: E402
     summary_ms,
     write_json,
 )
+from bench._rawhttp import RawClient  # noqa: E402
 
 RULES = """\
 rules:
@@ -139,7 +140,7 @@ class Pusher:
         self.counter = itertools.count()
         self.run_id = secrets.token_hex(4)
 
-    async def push(self, client: httpx.AsyncClient, level: Level | None) -> None:
+    async def push(self, client, level: Level | None) -> None:
         n = next(self.counter)
         url = self.urls[n % len(self.urls)] + "/api/v1/actions"
         headers = {"Authorization": f"Bearer {self.keys[n % len(self.keys)]}"}
@@ -171,7 +172,7 @@ class Pusher:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 1.0)
 
-    async def run_level(self, client: httpx.AsyncClient, concurrency: int) -> Level:
+    async def run_level(self, client, concurrency: int) -> Level:
         level = Level(concurrency)
         stop_at = time.monotonic() + self.args.seconds
 
@@ -206,10 +207,14 @@ class Pusher:
 
     async def main(self) -> list[Level]:
         top = max(self.args.concurrency) + 10
-        async with httpx.AsyncClient(
-            limits=httpx.Limits(max_connections=top, max_keepalive_connections=top),
-            timeout=httpx.Timeout(120, connect=30),
-        ) as client:
+        if self.args.client == "raw":
+            client = RawClient(timeout=120)
+        else:
+            client = httpx.AsyncClient(
+                limits=httpx.Limits(max_connections=top, max_keepalive_connections=top),
+                timeout=httpx.Timeout(120, connect=30),
+            )
+        async with client:
             for _ in range(self.args.warmup):
                 await self.push(client, None)
             levels = []
@@ -236,7 +241,7 @@ def print_report(result: dict) -> None:
     print(f"\npushes: {result['command']}")
     print(
         f"{result['db']}, {result['servers']} server(s), {result['agents']} agent(s), "
-        f"{result['seconds']:g} s per level, rules on"
+        f"{result['seconds']:g} s per level, rules on, {result['client']} client"
     )
     print(
         "\n| clients | pushes | pushes/s | p50 ms | p90 ms | p99 ms | max ms "
@@ -287,6 +292,13 @@ def main() -> int:
     parser.add_argument(
         "--drain-timeout", type=float, default=120, help="bound on in-flight pushes after a level"
     )
+    parser.add_argument(
+        "--client",
+        choices=["raw", "httpx"],
+        default="raw",
+        help="raw: bench/_rawhttp.py, lean, so the client takes less of the server's CPU "
+        "(default); httpx: the full client, as before",
+    )
     parser.add_argument("--json", help="write the results (and every sample) to this file")
     add_stack_arguments(parser)
     args = parser.parse_args()
@@ -310,6 +322,7 @@ def main() -> int:
             "servers": args.servers,
             "agents": args.agents,
             "seconds": args.seconds,
+            "client": args.client,
             "rules_import": imported,
             "levels": [level.result() for level in levels],
             "audit_verify": {
