@@ -15,7 +15,16 @@ BASE62 = string.ascii_letters + string.digits
 
 
 def random_base62(length: int) -> str:
-    return "".join(secrets.choice(BASE62) for _ in range(length))
+    """``length`` characters, every string equally likely: one draw from the OS CSPRNG.
+
+    (``secrets.choice`` per character read the OS's random source once per character.)
+    """
+    number = secrets.randbelow(len(BASE62) ** length)
+    chars = []
+    for _ in range(length):
+        number, digit = divmod(number, len(BASE62))
+        chars.append(BASE62[digit])
+    return "".join(chars)
 
 
 def new_action_id() -> str:
