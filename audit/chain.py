@@ -5,8 +5,9 @@ append locks the chain's one head row until the transaction commits. So the
 time from taking that lock to the commit bounds how many changes a second the
 whole deployment can make (``docs/benchmarks.md``, pushes).
 
-- **PostgreSQL**: one call of the ``impri_audit_append`` function (installed by
-  migration ``audit.0004``) locks the head, stamps, chains and inserts the
+- **PostgreSQL**: one call of the ``impri_audit_append`` function (its SQL is in
+  migration ``audit/migrations/0004_append_function.py``, the one place it is
+  written: a change to it is a new migration) locks the head, stamps, chains and inserts the
   events and moves the head, inside the database. The lock is then held for
   that one round trip and the commit's, and never while the process waits for
   its interpreter lock between statements. Python prepares each event's
@@ -25,62 +26,6 @@ from django.db import transaction
 from django.utils import timezone
 
 from .models import AuditEvent, ChainHead, canonical_json, format_at
-
-# The function as the migrations leave it; the names are the tables' as migrated. Each
-# migration that (re)creates it carries its own copy (0004), because a database keeps the
-# function it migrated to: a change here needs a new migration with the new text, and
-# tests/test_audit_chain_sql.py fails on PostgreSQL until the two agree.
-POSTGRESQL_FUNCTION = """
-CREATE OR REPLACE FUNCTION impri_audit_append(entries jsonb)
-RETURNS TABLE (out_seq bigint, out_at timestamptz, out_prev_hash text, out_hash text)
-LANGUAGE plpgsql AS $$
-DECLARE
-    entry jsonb;
-    head_seq bigint;
-    head_hash text;
-    stamp timestamptz;
-    stamp_json bytea;
-    new_hash text;
-BEGIN
-    SELECT h.seq, h.hash INTO head_seq, head_hash FROM audit_chainhead h WHERE h.id = 1 FOR UPDATE;
-    IF NOT FOUND THEN
-        INSERT INTO audit_chainhead (id, seq, hash) VALUES (1, 0, repeat('0', 64))
-            ON CONFLICT (id) DO NOTHING;
-        SELECT h.seq, h.hash INTO head_seq, head_hash FROM audit_chainhead h WHERE h.id = 1 FOR UPDATE;
-    END IF;
-    -- Stamped under the lock, as Python does on SQLite: times never go back along the chain.
-    stamp := clock_timestamp();
-    stamp_json := convert_to(
-        '"' || to_char(stamp AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') || '"', 'UTF8'
-    );
-    FOR entry IN SELECT value FROM jsonb_array_elements(entries) WITH ORDINALITY ORDER BY ordinality
-    LOOP
-        head_seq := head_seq + 1;
-        new_hash := encode(
-            sha256(
-                convert_to(head_hash || (entry ->> 'head'), 'UTF8') || stamp_json
-                || convert_to((entry ->> 'tail') || head_seq::text || '}', 'UTF8')
-            ),
-            'hex'
-        );
-        INSERT INTO audit_auditevent
-            (seq, scheme, at, actor_type, actor_id, actor_ref, action_id, event, data,
-             prev_hash, hash)
-        VALUES
-            (head_seq, (entry ->> 'scheme')::integer, stamp, entry ->> 'actor_type',
-             entry ->> 'actor_id', entry ->> 'actor_ref', entry ->> 'action_id',
-             entry ->> 'event', entry -> 'data', head_hash, new_hash);
-        out_seq := head_seq;
-        out_at := stamp;
-        out_prev_hash := head_hash;
-        out_hash := new_hash;
-        RETURN NEXT;
-        head_hash := new_hash;
-    END LOOP;
-    UPDATE audit_chainhead SET seq = head_seq, hash = head_hash WHERE id = 1;
-END;
-$$;
-"""
 
 
 def append(entries: list[AuditEvent]) -> None:

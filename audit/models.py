@@ -65,10 +65,12 @@ class AuditEvent(models.Model):
     def hashed_fields(self) -> dict:
         if self.scheme == 1:
             return self._hashed_fields_v1()
+        return {"seq": self.seq, "at": format_at(self.at), **self._content_fields()}
+
+    def _content_fields(self) -> dict:
+        """The current scheme's hashed fields but the two the chain's lock assigns."""
         return {
             "scheme": self.scheme,
-            "seq": self.seq,
-            "at": format_at(self.at),
             "actor_type": self.actor_type,
             "actor_id": self.actor_id,
             "actor_ref": self.actor_ref,
@@ -107,15 +109,9 @@ class AuditEvent(models.Model):
         """
         if self.scheme != CURRENT_SCHEME:
             raise ValueError("only the current scheme is appended")
-        before = canonical_json(
-            {
-                "action_id": self.action_id,
-                "actor_id": self.actor_id,
-                "actor_ref": self.actor_ref,
-                "actor_type": self.actor_type,
-            }
-        )
-        after = canonical_json({"data": self.data, "event": self.event, "scheme": self.scheme})
+        fields = self._content_fields()
+        before = canonical_json({k: v for k, v in fields.items() if k < "at"})
+        after = canonical_json({k: v for k, v in fields.items() if k > "at"})
         return before[:-1] + b',"at":', b"," + after[1:-1] + b',"seq":'
 
     def hash_matches(self) -> bool:

@@ -1,8 +1,9 @@
 """PostgreSQL: the function that appends to the chain under the head's lock (``audit.chain``).
 
-The SQL is this migration's own copy, so a later change to ``audit.chain`` can't
-silently differ from what migrated databases run (tests/test_audit_chain_sql.py
-compares them). On SQLite this migration does nothing: the append runs in Python.
+This is the one place the function's SQL is written: a database keeps the
+function it migrated to, so a change to it is a new migration, and
+``audit.chain`` calls whichever the latest one installed. On SQLite this
+migration does nothing: the append runs in Python.
 """
 
 from django.db import migrations
