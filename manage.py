@@ -8,4 +8,9 @@ if __name__ == "__main__":
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "impri.settings")
     from django.core.management import execute_from_command_line
 
+    from impri import eventloop
+
+    # Before the settings load daphne, which builds the server's loop (impri/eventloop.py).
+    eventloop.choose(sys.argv[1] if len(sys.argv) > 1 else None)
+
     execute_from_command_line(sys.argv)

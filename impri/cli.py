@@ -12,6 +12,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from impri import eventloop
 from impri.settings_env import env
 
 # Long-running commands whose database pool is sized by role (impri/settings.py).
@@ -37,6 +38,10 @@ def main(argv: list[str] | None = None) -> None:
         os.environ.setdefault("IMPRI_PROCESS_ROLE", args[0])
     if args[:1] == ["mcp"]:
         _refuse_a_fresh_database()
+    try:
+        eventloop.choose(args[0] if args else None)  # before the settings load daphne
+    except eventloop.Unavailable as exc:
+        _fail(str(exc))
     _load_settings()
     if args in HELP_ARGS:
         print(help_text())

@@ -9,7 +9,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from approvals import services
-from impri import cli, storage
+from impri import cli, eventloop, storage
 
 
 class Command(BaseCommand):
@@ -53,7 +53,8 @@ class Command(BaseCommand):
         if settings.CELERY_TASK_ALWAYS_EAGER if ticker is None else ticker:
             embedded_ticker.install_in_reactor()
         # Banners go to stderr with the logs; stdout stays empty (docs/ARCHITECTURE.md).
-        self.stderr.write(f"Impri {cli.version()}: {storage.describe()}")
+        loop = eventloop.name_of(daphne.server.twisted_loop)
+        self.stderr.write(f"Impri {cli.version()}: {storage.describe()}; event loop {loop}")
         self.stderr.write(
             f"Impri is listening on http://{host}:{port}/ (inbox at /inbox/, API at /api/v1/)"
         )
