@@ -11,6 +11,9 @@ if __name__ == "__main__":
     from impri import eventloop
 
     # Before the settings load daphne, which builds the server's loop (impri/eventloop.py).
-    eventloop.choose(sys.argv[1] if len(sys.argv) > 1 else None)
+    try:
+        eventloop.choose(sys.argv[1] if len(sys.argv) > 1 else None)
+    except eventloop.Unavailable as exc:
+        sys.exit(f"manage.py: {exc}")
 
     execute_from_command_line(sys.argv)

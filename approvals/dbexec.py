@@ -33,6 +33,7 @@ T = TypeVar("T")
 
 _lock = threading.Lock()
 _executors: dict[str, ThreadPoolExecutor] = {}
+_callers: dict[str, Callable[..., Any]] = {}
 
 # Lanes: "work" runs requests' bodies; "wake" runs the short reads of woken
 # waiters and the hub's batched re-read, so that a burst of slow writes never
@@ -48,6 +49,11 @@ def executor(lane: str = "work") -> ThreadPoolExecutor:
             found = _executors[lane] = ThreadPoolExecutor(
                 max_workers=threads, thread_name_prefix=f"impri-db-{lane}"
             )
+            # asgiref's wrapper, made once per lane (not per call): it carries context
+            # variables and lets code in the thread reach back into this loop
+            # (async_to_sync, used by the after-commit publish) exactly as Django's own
+            # sync_to_async does.
+            _callers[lane] = sync_to_async(_call, thread_sensitive=False, executor=found)
         return found
 
 
@@ -65,10 +71,10 @@ async def run(fn: Callable[..., T], /, *args: Any, lane: str = "work", **kwargs:
         # command). Run there, as Django's thread-sensitive default does: it
         # costs no extra thread and sees that caller's transaction.
         return await sync_to_async(fn)(*args, **kwargs)
-    # asgiref's wrapper, given our executor: it carries context variables and
-    # lets code in the thread reach back into this loop (async_to_sync, used
-    # by the after-commit publish) exactly as Django's own sync_to_async does.
-    call = sync_to_async(_call, thread_sensitive=False, executor=executor(lane))
+    call = _callers.get(lane)
+    if call is None:
+        executor(lane)
+        call = _callers[lane]
     return await call(fn, args, kwargs)
 
 
