@@ -73,6 +73,9 @@ def _without(field: str) -> dict:
         (refund_body(flags=["Policy Exception"]), "flags", "lowercase"),
         (refund_body(expires_in_s=0), "expires_in_s", "greater than"),
         (refund_body(expires_in_s=10**9), "expires_in_s", "at most"),
+        # JSON's true is not 1 and "3600" is not 3600 (pydantic's lax mode takes both).
+        (refund_body(expires_in_s=True), "expires_in_s", "valid integer"),
+        (refund_body(expires_in_s="3600"), "expires_in_s", "valid integer"),
         (refund_body(amount=8400), "amount", "not permitted"),
         (refund_body(payload={"note": "a\x00b"}, editable=[]), "payload.note", "NUL"),
     ],

@@ -274,6 +274,11 @@ def test_the_verify_endpoint_takes_a_checkpoint(agent, rita):
     assert body["ok"] is False and body["first_broken_seq"] == checkpoint["seq"]
     response = rita.client().post("/audit/verify", {"checkpoint": {"seq": "x"}})
     assert response.status_code == 422 and "checkpoint" in response.content.decode()
+    # JSON's true is not 1 and "5" is not 5 (schemathesis found `true` accepted as 1).
+    for seq in (True, str(checkpoint["seq"])):
+        response = rita.client().post("/audit/verify", {"checkpoint": {**checkpoint, "seq": seq}})
+        assert response.status_code == 422, response.content
+        assert response.json()["field"] == "checkpoint.seq"
 
 
 def test_checkpoint_details_and_full_runs_need_an_auditor(agent, rita):

@@ -161,6 +161,8 @@ async def test_the_same_idempotency_key_with_another_body_is_a_conflict(agent):
         ({"target_url": "javascript:alert(1)"}, "target_url", "http:// or https://"),
         ({"preview": {"format": "html", "body": "x"}}, "preview.format", "'plain', 'markdown'"),
         ({"expires_in_s": 0}, "expires_in_s", "greater than or equal to 1"),
+        ({"expires_in_s": True}, "expires_in_s", "valid integer"),
+        ({"expires_in_s": "3600"}, "expires_in_s", "valid integer"),
         ({"title": "two\nlines"}, "title", "single line"),
     ],
 )

@@ -50,7 +50,7 @@ class VerificationOut(Schema):
 
 
 class CheckpointIn(Schema):
-    seq: int = Field(ge=1)
+    seq: int = Field(ge=1, strict=True)  # a JSON number: not `true`, not "5"
     hash: str = Field(min_length=64, max_length=64)
     at: str = Field(max_length=40)
     signature: str = Field(min_length=64, max_length=64)

@@ -107,7 +107,10 @@ async def impri_push_action(
     ] = None,
     expires_in_s: Annotated[
         int | None,
-        Field(description="Seconds until the action expires undecided (server default: 1 day)."),
+        Field(
+            description="Seconds until the action expires undecided (server default: 1 day).",
+            strict=True,  # a number: `true` and "60" are refused, as over REST
+        ),
     ] = None,
     callback_url: Annotated[
         str | None,

@@ -113,8 +113,9 @@ class ActionIn(StrictModel):
         description="http(s) URL Impri POSTs the decision to (signed, Standard Webhooks) when the action settles.",
         json_schema_extra=URL_SCHEMA,
     )
+    # strict: a JSON number only; pydantic's lax mode would take `true` as 1 and "60" as 60.
     expires_in_s: int | None = Field(
-        default=None, ge=1, description="Seconds until the action expires undecided."
+        default=None, ge=1, strict=True, description="Seconds until the action expires undecided."
     )
     supersedes: str | None = Field(
         default=None,
