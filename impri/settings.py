@@ -191,7 +191,8 @@ else:
     private(DATA_DIR / "impri.sqlite3", 0o600)
     DATABASES = {
         "default": {
-            "ENGINE": "django.db.backends.sqlite3",
+            # Django's SQLite backend with an in-process writer queue (impri/sqlite3).
+            "ENGINE": "impri.sqlite3",
             "NAME": DATA_DIR / "impri.sqlite3",
             # Two processes (daphne and a stdio MCP server) share this file:
             # WAL lets readers run beside the writer, IMMEDIATE takes the write

@@ -1,0 +1,1 @@
+"""Impri's SQLite database backend (see ``base``)."""
