@@ -1,58 +1,61 @@
 """Impri's SQLite backend queues the process's writers on a lock of its own (impri/sqlite3).
 
-Each test opens its own connections (Django's connection handler, real SQLite files in a
-temporary directory), so it runs the same whichever database the suite is on.
+Each test opens its own connections to a real SQLite file in a temporary directory, through
+a Django connection handler of its own, and runs Django's real ``transaction.atomic`` on
+them (``using=ALIAS``), so it runs the same whichever database the suite is on.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import sqlite3
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
-from django.db.utils import ConnectionHandler, OperationalError
+from django.db import transaction
+from django.db.utils import ConnectionHandler, IntegrityError, OperationalError
 
 from impri.sqlite3 import base as impri_sqlite
 
+ALIAS = "writer-test"
+SLEEP_SYSCALLS = {"35", "230"}  # nanosleep, clock_nanosleep (x86_64): SQLite's busy handler
 
-def handler(path, timeout=20) -> ConnectionHandler:
-    return ConnectionHandler(
-        {
-            "default": {
-                "ENGINE": "impri.sqlite3",
-                "NAME": str(path),
-                "OPTIONS": {
-                    "transaction_mode": "IMMEDIATE",
-                    "timeout": timeout,
-                    "init_command": "PRAGMA journal_mode=WAL;",
-                },
-            }
+
+def settings_for(path, timeout=20, mode="IMMEDIATE") -> dict:
+    return {
+        "default": {
+            "ENGINE": "impri.sqlite3",
+            "NAME": str(path),
+            "OPTIONS": {
+                "transaction_mode": mode,
+                "timeout": timeout,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA foreign_keys=ON;",
+            },
         }
-    )
+    }
 
 
-def lock_of(path) -> threading.Lock:
-    return impri_sqlite._writer_lock(os.path.realpath(path))
+class Database:
+    """A SQLite file, with one Django connection per thread (as Django's own handler gives)."""
 
+    def __init__(self, path, **options):
+        self.path = Path(path)
+        self.connections = ConnectionHandler(settings_for(path, **options))
 
-def in_thread(fn, path, timeout=20):
-    """Run fn(connection) on a fresh thread with its own connection; return (thread, results)."""
-    results: list = []
+    @property
+    def conn(self):
+        return self.connections["default"]
 
-    def body():
-        conn = handler(path, timeout)["default"]
-        try:
-            results.append(fn(conn))
-        except Exception as exc:  # handed to the test, which asserts on it
-            results.append(exc)
-        finally:
-            conn.close()
+    def lock(self) -> threading.Lock:
+        return impri_sqlite._writer_lock(os.path.realpath(self.path))
 
-    thread = threading.Thread(target=body)
-    thread.start()
-    return thread, results
+    def rows(self) -> list:
+        with sqlite3.connect(self.path) as raw:
+            return raw.execute("SELECT who FROM t ORDER BY id").fetchall()
 
 
 @pytest.fixture(autouse=True)
@@ -63,124 +66,223 @@ def own_connections(django_db_blocker):
 
 
 @pytest.fixture
-def db_file(tmp_path):
-    path = tmp_path / "writer.sqlite3"
-    conn = handler(path)["default"]
-    with conn.cursor() as cursor:
-        cursor.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, who TEXT)")
-    conn.close()
-    return path
+def databases(tmp_path, monkeypatch):
+    """make(**options) -> Database; transaction.atomic(using=ALIAS) uses the latest one."""
+    made: list[Database] = []
+    original = transaction.get_connection
+
+    def get_connection(using=None):
+        return made[-1].conn if using == ALIAS else original(using)
+
+    monkeypatch.setattr(transaction, "get_connection", get_connection)
+
+    def make(name="writer.sqlite3", **options) -> Database:
+        db = Database(tmp_path / name, **options)
+        with db.conn.cursor() as cursor:
+            cursor.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, who TEXT)")
+            cursor.execute(
+                "CREATE TABLE child (id INTEGER PRIMARY KEY,"
+                " t_id INTEGER REFERENCES t (id) DEFERRABLE INITIALLY DEFERRED)"
+            )
+        db.conn.close()
+        made.append(db)
+        return db
+
+    yield make
+    for db in made:
+        db.connections.close_all()
 
 
-def test_a_transaction_holds_the_file_s_lock_until_commit_or_rollback(db_file):
-    conn = handler(db_file)["default"]
-    lock = lock_of(db_file)
+def insert(db, who):
+    with db.conn.cursor() as cursor:
+        cursor.execute("INSERT INTO t (who) VALUES (%s)", [who])
+
+
+def in_thread(fn):
+    """Run fn() on a fresh thread (which gets its own connection); return (thread, results)."""
+    results: list = []
+
+    def body():
+        try:
+            results.append(fn())
+        except Exception as exc:  # handed to the test, which asserts on it
+            results.append(exc)
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    return thread, results
+
+
+def test_an_atomic_block_holds_the_file_s_lock_and_commit_gives_it_back(databases):
+    db = databases()
+    lock, seen = db.lock(), {}
+    with transaction.atomic(using=ALIAS):
+        seen["inside"] = lock.locked()
+        insert(db, "a")
+        transaction.on_commit(lambda: seen.setdefault("on_commit", lock.locked()), using=ALIAS)
+    assert seen == {"inside": True, "on_commit": False}, "on_commit hooks ran under the lock"
     assert not lock.locked()
-    conn.set_autocommit(False, force_begin_transaction_with_broken_autocommit=True)
-    assert lock.locked(), "BEGIN did not take the writer lock"
-    with conn.cursor() as cursor:
-        cursor.execute("INSERT INTO t (who) VALUES ('a')")
-    conn.commit()
-    conn.set_autocommit(True)
-    assert not lock.locked(), "COMMIT did not give the writer lock back"
-
-    conn.set_autocommit(False, force_begin_transaction_with_broken_autocommit=True)
-    assert lock.locked()
-    conn.rollback()
-    conn.set_autocommit(True)
-    assert not lock.locked(), "ROLLBACK did not give the writer lock back"
-
-    conn.set_autocommit(False, force_begin_transaction_with_broken_autocommit=True)
-    assert lock.locked()
-    conn.close()
-    assert not lock.locked(), "closing the connection did not give the writer lock back"
+    assert db.rows() == [("a",)]
 
 
-def test_a_second_writer_waits_for_the_first_and_then_writes(db_file):
-    first_began, release_first = threading.Event(), threading.Event()
+def test_an_exception_rolls_back_and_gives_the_lock_back(databases):
+    db = databases()
+    with pytest.raises(ZeroDivisionError), transaction.atomic(using=ALIAS):
+        insert(db, "lost")
+        raise ZeroDivisionError
+    assert not db.lock().locked()
+    assert db.rows() == []
 
-    def first(conn):
-        with _atomic(conn):
-            with conn.cursor() as cursor:
-                cursor.execute("INSERT INTO t (who) VALUES ('first')")
+
+def test_a_failed_commit_then_the_rollback_give_the_lock_back(databases):
+    db = databases()
+    # A deferred foreign key: the insert passes, the COMMIT fails.
+    with pytest.raises(IntegrityError), transaction.atomic(using=ALIAS), db.conn.cursor() as c:
+        c.execute("INSERT INTO child (t_id) VALUES (999)")
+    assert not db.lock().locked(), "a failed COMMIT kept the writer lock"
+    with transaction.atomic(using=ALIAS):  # and the next transaction begins at once
+        insert(db, "next")
+    assert db.rows() == [("next",)]
+
+
+def test_closing_the_connection_inside_a_transaction_gives_the_lock_back(databases):
+    db = databases()
+    with transaction.atomic(using=ALIAS):
+        insert(db, "dropped")
+        db.conn.close()
+        assert not db.lock().locked()
+    assert db.rows() == []
+
+
+def test_autocommit_turned_back_on_mid_transaction_gives_the_lock_back(databases):
+    db = databases(timeout=1)
+    db.conn.set_autocommit(False, force_begin_transaction_with_broken_autocommit=True)
+    insert(db, "committed by sqlite3")
+    db.conn.set_autocommit(True)  # Python's sqlite3 commits the open transaction
+    assert not db.lock().locked()
+    with transaction.atomic(using=ALIAS):  # would wait for its own lock otherwise
+        insert(db, "next")
+    assert db.rows() == [("committed by sqlite3",), ("next",)]
+
+
+def test_a_connection_dropped_mid_transaction_does_not_keep_the_lock(databases):
+    db = databases(timeout=1)
+
+    def abandon():  # a thread that dies in a transaction: its connection is never closed
+        conn = db.conn
+        conn.set_autocommit(False, force_begin_transaction_with_broken_autocommit=True)
+        insert(db, "abandoned")
+
+    thread, results = in_thread(abandon)
+    thread.join(10)
+    assert results == [None], results
+    gc.collect()  # the thread's connection, unreachable now, is collected
+    assert not db.lock().locked(), "the lock outlived the connection that held it"
+    with transaction.atomic(using=ALIAS):
+        insert(db, "after")
+    assert db.rows() == [("after",)]
+
+
+def test_a_second_writer_waits_on_the_queue_not_in_sqlite_s_busy_handler(databases):
+    db = databases()
+    first_began, release_first, waiting = threading.Event(), threading.Event(), {}
+
+    def first():
+        with transaction.atomic(using=ALIAS):
+            insert(db, "first")
             first_began.set()
             release_first.wait(10)
-        return time.monotonic()
 
-    def second(conn):
+    def second():
+        waiting["ident"], waiting["native"] = threading.get_ident(), threading.get_native_id()
         first_began.wait(10)
-        with _atomic(conn), conn.cursor() as cursor:
-            cursor.execute("INSERT INTO t (who) VALUES ('second')")
-        return time.monotonic()
+        with transaction.atomic(using=ALIAS):
+            insert(db, "second")
 
-    t1, r1 = in_thread(first, db_file)
-    t2, r2 = in_thread(second, db_file)
+    t1, r1 = in_thread(first)
     assert first_began.wait(10)
-    time.sleep(0.3)
+    t2, r2 = in_thread(second)
+    # Watch the second writer for half a second while the first holds the file.
+    queued = slept = 0
+    deadline = time.monotonic() + 0.5
+    while time.monotonic() < deadline:
+        frame = sys._current_frames().get(waiting.get("ident"))
+        if frame is not None and frame.f_code.co_name == "_start_transaction_under_autocommit":
+            queued += 1
+        syscall = Path(f"/proc/self/task/{waiting.get('native')}/syscall")
+        if "native" in waiting and syscall.exists():
+            slept += syscall.read_text().split(" ", 1)[0] in SLEEP_SYSCALLS
+        time.sleep(0.002)
     assert t2.is_alive(), "the second writer did not wait for the first"
     release_first.set()
     t1.join(10)
     t2.join(10)
-    assert not isinstance(r1[0], Exception) and not isinstance(r2[0], Exception), (r1, r2)
-    assert r1[0] <= r2[0]
-    rows = sqlite3.connect(db_file).execute("SELECT who FROM t ORDER BY id").fetchall()
-    assert rows == [("first",), ("second",)]
-    assert not lock_of(db_file).locked()
+    assert r1 == [None] and r2 == [None], (r1, r2)
+    assert queued and not slept, (
+        f"the second writer was seen on the queue {queued} times and asleep in SQLite's busy "
+        f"handler {slept} times"
+    )
+    assert db.rows() == [("first",), ("second",)]
+    assert not db.lock().locked()
 
 
-def test_the_wait_is_bounded_by_the_timeout_option(db_file):
-    lock = lock_of(db_file)
+def test_the_wait_on_the_queue_is_bounded_by_the_timeout_option(databases):
+    db = databases(timeout=0.3)
+    lock = db.lock()
     assert lock.acquire(timeout=1)  # another writer of this process, holding on
     try:
 
-        def writer(conn):
+        def writer():
             started = time.monotonic()
             try:
-                with _atomic(conn), conn.cursor() as cursor:
-                    cursor.execute("INSERT INTO t (who) VALUES ('late')")
+                with transaction.atomic(using=ALIAS):
+                    insert(db, "late")
             except OperationalError as exc:
                 return exc, time.monotonic() - started
             return None, time.monotonic() - started
 
-        thread, results = in_thread(writer, db_file, timeout=0.3)
+        thread, results = in_thread(writer)
         thread.join(10)
     finally:
         lock.release()
     error, waited = results[0]
     assert isinstance(error, OperationalError) and "database is locked" in str(error), results
     assert 0.25 <= waited < 5, waited
-    assert sqlite3.connect(db_file).execute("SELECT count(*) FROM t").fetchone() == (0,)
+    assert db.rows() == []
 
 
-def test_a_failed_begin_gives_the_lock_back(db_file):
+def test_a_failed_begin_gives_the_lock_back(databases):
+    db = databases(timeout=0.2)
     # Another process holds SQLite's own write lock: BEGIN IMMEDIATE fails after the timeout.
-    other = sqlite3.connect(db_file, isolation_level=None, timeout=0)
+    other = sqlite3.connect(db.path, isolation_level=None, timeout=0)
     other.execute("BEGIN IMMEDIATE")
     try:
 
-        def writer(conn):
+        def writer():
             try:
-                with _atomic(conn):
+                with transaction.atomic(using=ALIAS):
                     pass
             except OperationalError as exc:
-                return exc
-            return None
+                return exc, db.lock().locked()  # before this thread's connection closes
+            return None, None
 
-        thread, results = in_thread(writer, db_file, timeout=0.2)
+        thread, results = in_thread(writer)
         thread.join(10)
     finally:
         other.execute("ROLLBACK")
         other.close()
-    assert isinstance(results[0], OperationalError), results
-    assert not lock_of(db_file).locked(), "a failed BEGIN kept the writer lock"
+    error, still_locked = results[0]
+    assert isinstance(error, OperationalError), results
+    assert still_locked is False, "a failed BEGIN kept the writer lock"
 
 
-def test_reads_outside_a_transaction_do_not_wait(db_file):
-    lock = lock_of(db_file)
+def test_reads_outside_a_transaction_do_not_wait(databases):
+    db = databases()
+    lock = db.lock()
     assert lock.acquire(timeout=1)
     try:
         thread, results = in_thread(
-            lambda conn: conn.cursor().execute("SELECT count(*) FROM t").fetchone(), db_file
+            lambda: db.conn.cursor().execute("SELECT count(*) FROM t").fetchone()
         )
         thread.join(5)
         assert not thread.is_alive(), "a plain read waited on the writer lock"
@@ -189,43 +291,41 @@ def test_reads_outside_a_transaction_do_not_wait(db_file):
     assert results == [(0,)]
 
 
+def test_deferred_transactions_are_not_queued(databases):
+    db = databases(mode="DEFERRED")  # read-only transactions never took the write lock there
+    lock = db.lock()
+    assert lock.acquire(timeout=1)
+    try:
+
+        def reader():
+            with transaction.atomic(using=ALIAS), db.conn.cursor() as cursor:
+                cursor.execute("SELECT count(*) FROM t")
+                return cursor.fetchone()
+
+        thread, results = in_thread(reader)
+        thread.join(5)
+        assert not thread.is_alive(), "a DEFERRED transaction waited on the writer lock"
+    finally:
+        lock.release()
+    assert results == [(0,)]
+
+
 def test_two_files_have_two_locks(tmp_path):
-    assert lock_of(tmp_path / "a.sqlite3") is not lock_of(tmp_path / "b.sqlite3")
-    assert lock_of(tmp_path / "a.sqlite3") is lock_of(tmp_path / "." / "a.sqlite3")
+    assert impri_sqlite._writer_lock(str(tmp_path / "a")) is not impri_sqlite._writer_lock(
+        str(tmp_path / "b")
+    )
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX only")
-def test_a_forked_child_does_not_inherit_a_held_lock(db_file):
-    lock = lock_of(db_file)
+def test_a_forked_child_does_not_inherit_a_held_lock(databases):
+    db = databases()
+    lock = db.lock()
     assert lock.acquire(timeout=1)
     try:
         pid = os.fork()
         if pid == 0:  # the child: the parent's holder thread does not exist here
-            ok = impri_sqlite._writer_lock(os.path.realpath(db_file)).acquire(timeout=2)
-            os._exit(0 if ok else 1)
+            os._exit(0 if db.lock().acquire(timeout=2) else 1)
         _, status = os.waitpid(pid, 0)
     finally:
         lock.release()
     assert os.waitstatus_to_exitcode(status) == 0, "the child found the parent's held lock"
-
-
-def _atomic(conn):
-    """transaction.atomic() on this wrapper (not on Django's `connections`)."""
-    return _WrapperAtomic(conn)
-
-
-class _WrapperAtomic:
-    def __init__(self, conn):
-        self.conn = conn
-
-    def __enter__(self):
-        self.conn.set_autocommit(False, force_begin_transaction_with_broken_autocommit=True)
-
-    def __exit__(self, exc_type, exc, tb):
-        try:
-            if exc_type is None:
-                self.conn.commit()
-            else:
-                self.conn.rollback()
-        finally:
-            self.conn.set_autocommit(True)

@@ -8,20 +8,24 @@ idle between transactions and a push's p99 reached half a second.
 
 Here every connection of the process to the same file first takes a Python lock
 for that file, then begins; commit, rollback or close give it back. A writer
-waiting in this process wakes the moment the lock frees (a futex, not a sleep),
-and SQLite's own lock (with its ``timeout``) still orders this process against
-others (a ``impri mcp`` over stdio, a management command).
+waiting in this process wakes the moment the lock frees (a futex, not a sleep;
+not strictly first come, first served), and SQLite's own lock still orders this
+process against others (an ``impri mcp`` over stdio, a management command).
 
-The semantics are the ones ``BEGIN IMMEDIATE`` already had: a transaction,
-read-only or not, holds the file's write lock from its start to its end. The
-wait is bounded by the same ``timeout`` option, and ends in the same
-``database is locked`` error.
+What is queued: the transactions Django begins (``transaction.atomic``), and only
+with ``transaction_mode`` IMMEDIATE or EXCLUSIVE, where every transaction, read-only
+or not, already held the file's write lock from its start to its end. Statements
+outside a transaction (a lone ``save()`` or ``update()``) still wait in SQLite's
+busy handler. A writer waits up to the ``timeout`` option for this process's queue,
+then, if another process holds the file, up to ``timeout`` again in SQLite's; both
+end in the same ``database is locked`` error.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import weakref
 
 from django.db.backends.sqlite3 import base
 from django.db.utils import OperationalError
@@ -49,41 +53,68 @@ def _forget_locks() -> None:
 os.register_at_fork(after_in_child=_forget_locks)
 
 
+def _release(held: list) -> None:
+    lock, held[0] = held[0], None
+    if lock is not None:
+        lock.release()
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
-    _writer: threading.Lock | None = None
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # The lock this connection holds, if any. A wrapper dropped mid-transaction
+        # (its thread died, say) gives it back when collected: SQLite's lock goes
+        # with the connection, and ours must not outlive it.
+        self._held: list = [None]
+        weakref.finalize(self, _release, self._held)
+        self._queue_key: str | None = None
+
+    def _queued(self) -> str | None:
+        """The file whose writer queue this connection's transactions join, if any."""
+        if self._queue_key is None:
+            mode = self.settings_dict["OPTIONS"].get("transaction_mode")
+            queued = (mode or "").upper() in {"IMMEDIATE", "EXCLUSIVE"}
+            # An in-memory database is private to its connection (or, shared, never a
+            # file another process writes): nothing to queue for.
+            if not queued or self.is_in_memory_db():
+                self._queue_key = ""
+            else:
+                self._queue_key = os.path.realpath(self.settings_dict["NAME"])
+        return self._queue_key or None
 
     def _start_transaction_under_autocommit(self):
-        if self.is_in_memory_db():  # one connection per database: nothing to queue
+        name = self._queued()
+        if name is None:
             return super()._start_transaction_under_autocommit()
-        lock = _writer_lock(os.path.realpath(self.settings_dict["NAME"]))
+        lock = _writer_lock(name)
         timeout = float(self.settings_dict["OPTIONS"].get("timeout", 5))
         if not lock.acquire(timeout=timeout):
             raise OperationalError("database is locked")
-        self._writer = lock
+        self._held[0] = lock
         try:
             super()._start_transaction_under_autocommit()
         except BaseException:
-            self._release_writer()
+            _release(self._held)
             raise
 
     def _commit(self):
         result = super()._commit()
-        self._release_writer()  # a failed COMMIT leaves the transaction open: rollback releases
+        _release(self._held)  # a failed COMMIT leaves the transaction open: rollback releases
         return result
 
     def _rollback(self):
         try:
             return super()._rollback()
         finally:
-            self._release_writer()
+            _release(self._held)
 
     def _close(self):
         try:
             return super()._close()
         finally:
-            self._release_writer()
+            _release(self._held)
 
-    def _release_writer(self) -> None:
-        lock, self._writer = self._writer, None
-        if lock is not None:
-            lock.release()
+    def _set_autocommit(self, autocommit):
+        super()._set_autocommit(autocommit)
+        if autocommit:  # sqlite3 commits an open transaction when autocommit comes back
+            _release(self._held)
