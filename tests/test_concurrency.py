@@ -15,7 +15,7 @@ from audit import log as audit_log
 from audit.models import AuditEvent
 from tests.conftest import make_reviewer
 from tests.factories import make_action, refund_body
-from tests.threads import run_together
+from tests.threads import in_sleep_syscall, on_sqlite_writer_queue, run_together
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -176,7 +176,6 @@ def _until_blocked_on_a_lock(decider: int, decider_ident: int, timeout: float = 
     in SQLite's busy handler, which sleeps: its thread, native id ``decider``, would
     show a sleep syscall.)
     """
-    import sys
     import time
     from pathlib import Path
 
@@ -184,16 +183,9 @@ def _until_blocked_on_a_lock(decider: int, decider_ident: int, timeout: float = 
 
     deadline = time.monotonic() + timeout
     if connection.vendor != "postgresql":
-        syscall = Path(f"/proc/self/task/{decider}/syscall")
+        task = Path(f"/proc/self/task/{decider}")
         while time.monotonic() < deadline:
-            frame = sys._current_frames().get(decider_ident)
-            if frame is not None and (
-                frame.f_code.co_name == "_start_transaction_under_autocommit"
-                and frame.f_code.co_filename.endswith(str(Path("impri", "sqlite3", "base.py")))
-            ):
-                return
-            # nanosleep, clock_nanosleep (x86_64): sqlite3_sleep() in the busy handler
-            if syscall.read_text().split(" ", 1)[0] in {"35", "230"}:
+            if on_sqlite_writer_queue(decider_ident) or in_sleep_syscall(task):
                 return
             time.sleep(0.005)  # a bounded poll of another thread's state
     else:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import gc
 import os
 import sqlite3
-import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -20,9 +20,9 @@ from django.db import transaction
 from django.db.utils import ConnectionHandler, IntegrityError, OperationalError
 
 from impri.sqlite3 import base as impri_sqlite
+from tests.threads import in_sleep_syscall, on_sqlite_writer_queue
 
 ALIAS = "writer-test"
-SLEEP_SYSCALLS = {"35", "230"}  # nanosleep, clock_nanosleep (x86_64): SQLite's busy handler
 
 
 def settings_for(path, timeout=20, mode="IMMEDIATE") -> dict:
@@ -96,6 +96,17 @@ def databases(tmp_path, monkeypatch):
 def insert(db, who):
     with db.conn.cursor() as cursor:
         cursor.execute("INSERT INTO t (who) VALUES (%s)", [who])
+
+
+@contextmanager
+def another_writer_holds(db):
+    """Another writer of this process holds the file's queue for the block."""
+    lock = db.lock()
+    assert lock.acquire(timeout=1)
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def in_thread(fn):
@@ -206,12 +217,9 @@ def test_a_second_writer_waits_on_the_queue_not_in_sqlite_s_busy_handler(databas
     queued = slept = 0
     deadline = time.monotonic() + 0.5
     while time.monotonic() < deadline:
-        frame = sys._current_frames().get(waiting.get("ident"))
-        if frame is not None and frame.f_code.co_name == "_start_transaction_under_autocommit":
-            queued += 1
-        syscall = Path(f"/proc/self/task/{waiting.get('native')}/syscall")
-        if "native" in waiting and syscall.exists():
-            slept += syscall.read_text().split(" ", 1)[0] in SLEEP_SYSCALLS
+        if "native" in waiting:
+            queued += on_sqlite_writer_queue(waiting["ident"])
+            slept += in_sleep_syscall(Path(f"/proc/self/task/{waiting['native']}"))
         time.sleep(0.002)
     assert t2.is_alive(), "the second writer did not wait for the first"
     release_first.set()
@@ -228,23 +236,19 @@ def test_a_second_writer_waits_on_the_queue_not_in_sqlite_s_busy_handler(databas
 
 def test_the_wait_on_the_queue_is_bounded_by_the_timeout_option(databases):
     db = databases(timeout=0.3)
-    lock = db.lock()
-    assert lock.acquire(timeout=1)  # another writer of this process, holding on
-    try:
 
-        def writer():
-            started = time.monotonic()
-            try:
-                with transaction.atomic(using=ALIAS):
-                    insert(db, "late")
-            except OperationalError as exc:
-                return exc, time.monotonic() - started
-            return None, time.monotonic() - started
+    def writer():
+        started = time.monotonic()
+        try:
+            with transaction.atomic(using=ALIAS):
+                insert(db, "late")
+        except OperationalError as exc:
+            return exc, time.monotonic() - started
+        return None, time.monotonic() - started
 
+    with another_writer_holds(db):
         thread, results = in_thread(writer)
         thread.join(10)
-    finally:
-        lock.release()
     error, waited = results[0]
     assert isinstance(error, OperationalError) and "database is locked" in str(error), results
     assert 0.25 <= waited < 5, waited
@@ -276,38 +280,32 @@ def test_a_failed_begin_gives_the_lock_back(databases):
     assert still_locked is False, "a failed BEGIN kept the writer lock"
 
 
+def finished_while_the_queue_is_held(db, fn, what) -> list:
+    with another_writer_holds(db):
+        thread, results = in_thread(fn)
+        thread.join(5)
+        assert not thread.is_alive(), f"{what} waited on the writer queue"
+    return results
+
+
 def test_reads_outside_a_transaction_do_not_wait(databases):
     db = databases()
-    lock = db.lock()
-    assert lock.acquire(timeout=1)
-    try:
-        thread, results = in_thread(
-            lambda: db.conn.cursor().execute("SELECT count(*) FROM t").fetchone()
-        )
-        thread.join(5)
-        assert not thread.is_alive(), "a plain read waited on the writer lock"
-    finally:
-        lock.release()
-    assert results == [(0,)]
+
+    def read():
+        return db.conn.cursor().execute("SELECT count(*) FROM t").fetchone()
+
+    assert finished_while_the_queue_is_held(db, read, "a plain read") == [(0,)]
 
 
 def test_deferred_transactions_are_not_queued(databases):
     db = databases(mode="DEFERRED")  # read-only transactions never took the write lock there
-    lock = db.lock()
-    assert lock.acquire(timeout=1)
-    try:
 
-        def reader():
-            with transaction.atomic(using=ALIAS), db.conn.cursor() as cursor:
-                cursor.execute("SELECT count(*) FROM t")
-                return cursor.fetchone()
+    def read():
+        with transaction.atomic(using=ALIAS), db.conn.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM t")
+            return cursor.fetchone()
 
-        thread, results = in_thread(reader)
-        thread.join(5)
-        assert not thread.is_alive(), "a DEFERRED transaction waited on the writer lock"
-    finally:
-        lock.release()
-    assert results == [(0,)]
+    assert finished_while_the_queue_is_held(db, read, "a DEFERRED transaction") == [(0,)]
 
 
 def test_two_files_have_two_locks(tmp_path):
@@ -319,13 +317,9 @@ def test_two_files_have_two_locks(tmp_path):
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX only")
 def test_a_forked_child_does_not_inherit_a_held_lock(databases):
     db = databases()
-    lock = db.lock()
-    assert lock.acquire(timeout=1)
-    try:
+    with another_writer_holds(db):
         pid = os.fork()
         if pid == 0:  # the child: the parent's holder thread does not exist here
             os._exit(0 if db.lock().acquire(timeout=2) else 1)
         _, status = os.waitpid(pid, 0)
-    finally:
-        lock.release()
     assert os.waitstatus_to_exitcode(status) == 0, "the child found the parent's held lock"

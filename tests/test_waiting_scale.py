@@ -42,6 +42,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from tests.factories import refund_body
 from tests.live import Deployment, Server, free_port
+from tests.threads import in_sleep_syscall
 
 pytestmark = pytest.mark.e2e
 
@@ -265,17 +266,11 @@ def shared_redis():
     return redis.Redis.from_url(os.environ["REDIS_URL"], socket_timeout=5)
 
 
-SLEEP_SYSCALLS = {"35", "230"}  # nanosleep, clock_nanosleep (x86_64): SQLite's busy handler
-
-
 def sleeping_threads(pid: int) -> set[int]:
     """Threads of ``pid`` inside a sleep syscall right now."""
-    found = set()
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with suppress(OSError):
-            if task.joinpath("syscall").read_text().split(" ", 1)[0] in SLEEP_SYSCALLS:
-                found.add(int(task.name))
-    return found
+    return {
+        int(task.name) for task in Path(f"/proc/{pid}/task").iterdir() if in_sleep_syscall(task)
+    }
 
 
 class ConnectionSampler(threading.Thread):

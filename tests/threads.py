@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from django.db import connection
 
@@ -21,3 +23,24 @@ def run_together(calls: list) -> list:
 
     with ThreadPoolExecutor(max_workers=len(calls)) as pool:
         return list(pool.map(run, calls))
+
+
+# nanosleep, clock_nanosleep (x86_64): sqlite3_sleep(), where SQLite's busy handler waits.
+SLEEP_SYSCALLS = {"35", "230"}
+
+
+def in_sleep_syscall(task: Path) -> bool:
+    """Whether the thread ``task`` (``/proc/<pid>/task/<tid>``) is inside a sleep syscall now."""
+    try:
+        return task.joinpath("syscall").read_text().split(" ", 1)[0] in SLEEP_SYSCALLS
+    except OSError:  # the thread has ended
+        return False
+
+
+def on_sqlite_writer_queue(ident: int) -> bool:
+    """Whether thread ``ident`` of this process waits on Impri's SQLite writer queue now."""
+    frame = sys._current_frames().get(ident)
+    return frame is not None and (
+        frame.f_code.co_name == "_start_transaction_under_autocommit"
+        and frame.f_code.co_filename.endswith(str(Path("impri", "sqlite3", "base.py")))
+    )
