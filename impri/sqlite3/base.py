@@ -67,20 +67,20 @@ class DatabaseWrapper(base.DatabaseWrapper):
         # with the connection, and ours must not outlive it.
         self._held: list = [None]
         weakref.finalize(self, _release, self._held)
-        self._queue_key: str | None = None
+        # (the NAME it was worked out for, the file key of its queue or None)
+        self._queue: tuple[object, str | None] = (None, None)
 
     def _queued(self) -> str | None:
         """The file whose writer queue this connection's transactions join, if any."""
-        if self._queue_key is None:
+        name = self.settings_dict["NAME"]
+        if self._queue[0] != name:  # Django's test runner renames the database after start-up
             mode = self.settings_dict["OPTIONS"].get("transaction_mode")
             queued = (mode or "").upper() in {"IMMEDIATE", "EXCLUSIVE"}
             # An in-memory database is private to its connection (or, shared, never a
             # file another process writes): nothing to queue for.
-            if not queued or self.is_in_memory_db():
-                self._queue_key = ""
-            else:
-                self._queue_key = os.path.realpath(self.settings_dict["NAME"])
-        return self._queue_key or None
+            key = os.path.realpath(name) if queued and not self.is_in_memory_db() else None
+            self._queue = (name, key)
+        return self._queue[1]
 
     def _start_transaction_under_autocommit(self):
         name = self._queued()
