@@ -15,7 +15,7 @@ from pydantic import (
 from .validation import (
     EDIT_PATH,
     FLAG_RE,
-    JSON_VALUE_MARKER,
+    JSON_RULES,
     KIND_RE,
     NO_NUL,
     JsonObject,
@@ -81,7 +81,7 @@ class ActionIn(StrictModel):
     )
     preview: PreviewIn
     payload: JsonObject = Field(
-        description="The exact thing to execute once approved (a JSON object)."
+        description="The exact thing to execute once approved (a JSON object). " + JSON_RULES
     )
     target_url: str | None = Field(
         default=None,
@@ -102,7 +102,8 @@ class ActionIn(StrictModel):
     )
     context: JsonObject = Field(
         default_factory=dict,
-        description="Labelled items the reviewer needs: customer message, order summary.",
+        description="Labelled items the reviewer needs: customer message, order summary. "
+        + JSON_RULES,
     )
     idempotency_key: str | None = Field(
         default=None, min_length=1, max_length=200, json_schema_extra={"pattern": NO_NUL}
@@ -234,10 +235,11 @@ class DecisionIn(StrictModel):
         WithJsonSchema(
             {
                 "type": "object",
-                "additionalProperties": JSON_VALUE_MARKER,
+                "additionalProperties": True,
                 "propertyNames": {"pattern": EDIT_PATH},
                 "description": 'Editable paths to change, e.g. {"payload.amount_cents": 5000}; '
-                "each must be listed in the action's `editable`.",
+                "each must be listed in the action's `editable` and keep the original's JSON "
+                "type. " + JSON_RULES,
             }
         ),
     ] = Field(default_factory=dict)
@@ -294,7 +296,9 @@ class ResultIn(StrictModel):
     detail: (
         JsonObject | Annotated[str, WithJsonSchema({"type": "string", "pattern": NO_NUL})] | None
     ) = Field(
-        default=None, description="What the executor reported, e.g. the processor's transaction id."
+        default=None,
+        description="What the executor reported, e.g. the processor's transaction id: text or "
+        "a JSON object. " + JSON_RULES,
     )
     grant: str | None = Field(
         default=None,

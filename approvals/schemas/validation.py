@@ -70,30 +70,22 @@ MAX_SAFE_INTEGER = 10**21 - 1
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-# What the OpenAPI document promises for agent JSON (payload, context, result
-# detail, edit values), as far as JSON Schema can say it: no NUL in text or keys,
-# numbers within the safe range. (Depth and lone surrogates are checked too.)
+# Agent JSON (payload, context, result detail, edit values) is described as free-form
+# JSON: an object is `type: object, additionalProperties: true`, a value `{}`. That is the
+# form client generators accept (openapi-python-client, openapi-typescript,
+# openapi-generator); a recursive schema is not, and the generated clients lost every
+# operation that sends agent JSON. What a schema could add (no NUL, numbers below 10^21 in
+# magnitude, depth) is stated in the description and checked by ``json_problem``, which
+# names the field in the 422.
 NO_NUL = "^[^\\x00]*$"
-JSON_VALUE_REF = "#/components/schemas/JsonValue"
-# ninja resolves every $ref while it builds the document, so fields point at this
-# marker, which ``approvals.api.ImpriAPI`` swaps for the $ref afterwards.
-JSON_VALUE_MARKER = {"x-impri-json-value": True}
+JSON_RULES = (
+    "Free-form JSON: text without NUL, numbers below 10^21 in magnitude, "
+    f"nested at most {MAX_JSON_DEPTH} deep (else 422 naming the field)."
+)
 JSON_OBJECT_SCHEMA = {
     "type": "object",
-    "additionalProperties": JSON_VALUE_MARKER,
+    "additionalProperties": True,
     "propertyNames": {"pattern": NO_NUL},
-}
-JSON_VALUE_SCHEMA = {
-    "description": "Any JSON value: text without NUL, numbers below 10^21 in magnitude, "
-    f"nested at most {MAX_JSON_DEPTH} deep.",
-    "anyOf": [
-        {"type": "string", "pattern": NO_NUL},
-        {"type": "number", "minimum": -MAX_SAFE_INTEGER, "maximum": MAX_SAFE_INTEGER},
-        {"type": "boolean"},
-        {"type": "null"},
-        {"type": "array", "items": JSON_VALUE_MARKER},
-        JSON_OBJECT_SCHEMA,
-    ],
 }
 JsonObject = Annotated[dict[str, Any], WithJsonSchema(JSON_OBJECT_SCHEMA)]
 EDIT_PATH = "^payload\\.[^\\x00]+$"
