@@ -1,0 +1,15 @@
+export { Impri, DEFAULT_POLL_S, DEFAULT_WAIT_RETRIES, VERSION } from "./client.js";
+export type { AwaitOptions, ImpriOptions, ListOptions, PushOptions, ReportOptions } from "./client.js";
+export * from "./errors.js";
+export type * from "./types.js";
+export { canonicalJson, payloadSha256 } from "./canonical.js";
+export { GRANT_ALGORITHMS, verifyGrant } from "./grants.js";
+export type { VerifyGrantOptions } from "./grants.js";
+export { verifyWebhook } from "./webhooks.js";
+export type { WebhookHeaders } from "./webhooks.js";
+export { actionFor, gate } from "./gate.js";
+export type { ActionSpec, ActionSpecFor, GateOptions } from "./gate.js";
+export { impriTool, notApprovedResult } from "./ai.js";
+export type { ImpriToolOptions, NotApprovedResult, ToolCallOptions } from "./ai.js";
+export { answerToolApprovals, gateMastraTool } from "./mastra.js";
+export type { ApprovalOptions, ApprovalRun, MastraToolOptions } from "./mastra.js";
