@@ -46,7 +46,7 @@ class StepUpRequired(Forbidden):
 
     code = "step_up_required"
 
-    def __init__(self, message: str, *, amount_cents: int, step_up_cents: int):
+    def __init__(self, message: str, *, amount_cents: int | None, step_up_cents: int):
         super().__init__(message)
         self.amount_cents = amount_cents
         self.step_up_cents = step_up_cents

@@ -15,12 +15,14 @@ from .models import Action
 def rule_view(action: Action) -> dict:
     """The action as the rules saw it when it was pushed (its original payload)."""
     return {
+        "id": action.pk,
         "kind": action.kind,
         "agent": action.agent.name,
         "agent_id": action.agent_id,
         "payload": action.original_payload,
         "flags": action.flags,
         "context": action.context,
+        "money": action.money,
     }
 
 

@@ -210,11 +210,9 @@ class Action(models.Model):
     rule_version = models.PositiveIntegerField(null=True, blank=True)
     rule_trace = models.JSONField(default=list, blank=True)
     edit_bounds = models.JSONField(default=dict, blank=True)
-    # Where the action's money is (rules.money.MoneySpec as dicts), fixed at push from
-    # its kind's declaration or its gateway tool's; null: undeclared, read by the detector.
+    # The kind's money declaration fixed at push (null: the detector reads it), and the amount
+    # the guards hold in minor units (approvals.money), kept in step with the payload.
     money = models.JSONField(null=True, blank=True)
-    # The amount every money guard holds (approvals.money.guarded): the largest, in minor
-    # units; null when there is none or it can't be read. Kept with the payload it reads.
     amount_minor = models.BigIntegerField(null=True, blank=True, db_index=True)
     amount_currency = models.CharField(max_length=3, blank=True)
     escalate_at = models.DateTimeField(null=True, blank=True, db_index=True)

@@ -25,8 +25,8 @@ from django.core.mail import get_connection, send_mail
 from django.db import connection
 
 from . import lanes, outbound, outbox
+from . import money as action_money
 from .models import Action, ActionStatus, GroupNotificationSettings, Notification
-from .money import payload_money
 from .presenters import inbox_url
 
 logger = logging.getLogger(__name__)
@@ -152,7 +152,7 @@ def one_line(text: str, limit: int = 200) -> str:
 
 
 def amount_text(action: Action) -> str:
-    money = payload_money(action.payload)
+    money = action_money.primary(action)
     return one_line(str(money), 60) if money else ""
 
 

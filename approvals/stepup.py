@@ -5,10 +5,12 @@ lock with the payload about to be approved; a refusal rolls the decision back
 and is audited in a transaction of its own, so the inbox, REST and any later
 adapter get the same answer.
 
-The amount is the largest ``…_cents`` value in the payload that would be
-approved (the agent's payload with the reviewer's edits), read as the inbox
-reads money (an integer, or digits as text): an agent cannot slip an amount
-past by nesting it or writing it as text. An approval at or above the
+The amount is the one every money guard reads (``approvals.money``): the
+action's declared amounts (its kind's ``money:``), or for a kind that declares
+none, what the detector finds under any spelling of a money key, in the
+payload that would be approved (the agent's payload with the reviewer's
+edits). An amount that can't be read as a whole number of minor units counts
+as over the threshold (fail closed). An approval at or above the
 threshold passes when the caller presents:
 
 * a session (the inbox) whose last second factor is at most ten minutes old
@@ -31,7 +33,6 @@ Adapters say what the caller presented with ``via_session(request)`` or
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -46,9 +47,9 @@ from audit import log as audit
 from audit.identity import user_ref
 from audit.models import ActorType
 
+from . import money
 from .errors import StepUpRequired
 from .models import Action
-from .money import minor_units
 
 
 @dataclass(frozen=True)
@@ -91,31 +92,16 @@ def threshold() -> int | None:
     return settings.IMPRI_STEP_UP_CENTS
 
 
-def amount_cents(payload) -> int | None:
-    """The largest whole amount at a ``…_cents`` key anywhere in the payload."""
-    found = [
-        math.ceil(minor)
-        for key, value in _leaves(payload)
-        if key.endswith("_cents") and (minor := minor_units(value)) is not None
-    ]
-    return max(found) if found else None
-
-
-def _leaves(node, key: str = ""):
-    if isinstance(node, dict):
-        for name, value in node.items():
-            yield from _leaves(value, str(name))
-    elif isinstance(node, list):
-        for value in node:
-            yield from _leaves(value, key)
-    else:
-        yield key, node
-
-
-def needs_step_up(payload) -> bool:
+def reaching(action: Action, payload: dict | None = None) -> money.Amount | None:
+    """The amount of ``payload`` (default: the action's) at or above the threshold, if any."""
     limit = threshold()
-    amount = amount_cents(payload)
-    return limit is not None and amount is not None and amount >= limit
+    if limit is None:
+        return None
+    return money.at_or_above(money.amounts(action, payload), limit)
+
+
+def needs_step_up(action: Action, payload: dict | None = None) -> bool:
+    return reaching(action, payload) is not None
 
 
 def is_fresh(credential: Credential | None, now: datetime | None = None) -> bool:
@@ -128,7 +114,9 @@ def is_fresh(credential: Credential | None, now: datetime | None = None) -> bool
 class Refused(Exception):
     """Raised under the decision's lock; ``decide`` rolls back, then ``refuse`` audits it."""
 
-    def __init__(self, action: Action, by, credential: Credential | None, amount: int, limit: int):
+    def __init__(
+        self, action: Action, by, credential: Credential | None, amount: money.Amount, limit: int
+    ):
         super().__init__(action.pk)
         self.action, self.by, self.credential = action, by, credential
         self.amount, self.limit = amount, limit
@@ -142,12 +130,10 @@ def check(action: Action, *, by, payload: dict) -> None:
     own refusals (outsider, owner, stale figure, bad edits): the figure checked is
     the figure approved, whatever other reviewers did in between.
     """
+    amount = reaching(action, payload)
+    if amount is None:
+        return
     limit = threshold()
-    if limit is None:
-        return
-    amount = amount_cents(payload)
-    if amount is None or amount < limit:
-        return
     credential = _presented.get()
     if credential is not None and credential.kind == "token":
         return
@@ -168,7 +154,8 @@ def refuse(refused: Refused) -> StepUpRequired:
             actor_ref=user_ref(refused.by),
             action_id=refused.action.pk,
             data={
-                "amount_cents": refused.amount,
+                "amount_cents": refused.amount.minor,
+                "amount_path": refused.amount.path,
                 "step_up_cents": refused.limit,
                 "credential": kind,
                 **({"key_prefix": credential.prefix} if credential and credential.prefix else {}),
@@ -176,13 +163,22 @@ def refuse(refused: Refused) -> StepUpRequired:
         )
     return StepUpRequired(
         _why(kind, refused.amount, refused.limit),
-        amount_cents=refused.amount,
+        amount_cents=refused.amount.minor,
         step_up_cents=refused.limit,
     )
 
 
-def _why(kind: str, amount: int, limit: int) -> str:
-    figures = f"{amount} cents is at or above the step-up limit of {limit} cents"
+def _why(kind: str, amount: money.Amount, limit: int) -> str:
+    if amount.minor is None:
+        figures = (
+            f"{amount.path} {amount.problem}, which Impri cannot read as a whole number of "
+            f"minor units, so it counts as above the step-up limit of {limit}"
+        )
+    else:
+        figures = (
+            f"{amount.path} = {abs(amount.minor)} minor units is at or above the step-up "
+            f"limit of {limit}"
+        )
     if kind == "service_token":
         return (
             f"a service token cannot approve this action: {figures} (IMPRI_STEP_UP_CENTS), "

@@ -6,15 +6,16 @@ results to templates, which escape every string through ``inbox.render``.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from decimal import Decimal
 
+from approvals import money as action_money
 from approvals.models import Action
-from approvals.money import MINOR_UNITS, SYMBOLS, Money, iso_currency, payload_money
+from approvals.money import MINOR_UNITS, SYMBOLS, Amount, Money
 from approvals.schemas import resolve_path
 from approvals.services.edits import edit_bounds
+from rules.money import shown
 
 from .wording import kind_sentence, telling_details
 
@@ -23,44 +24,73 @@ SYMBOL_CURRENCIES = {"$": "USD", "€": "EUR", "£": "GBP", "¥": "JPY", "₹": 
 WORD_CURRENCIES = {"dollar": "USD", "dollars": "USD", "euro": "EUR", "euros": "EUR"}
 
 
-def money_for_path(action: Action, path: str, value) -> Money | None:
-    """A value at a ``…_cents`` path read as money in the payload's currency."""
-    if not path.endswith("_cents") or not isinstance(value, int) or isinstance(value, bool):
+def _amounts_by_path(action: Action) -> dict[str, Amount]:
+    return {a.path: a for a in action_money.amounts(action)}
+
+
+def money_for_path(action: Action, path: str, value, found: dict | None = None) -> Money | None:
+    """A whole number at one of the action's money paths, read as money in that amount's currency."""
+    amount = (found if found is not None else _amounts_by_path(action)).get(path)
+    if amount is None or not isinstance(value, int) or isinstance(value, bool):
         return None
-    return Money(value, iso_currency((action.payload or {}).get("currency")))
+    if action.money is not None:
+        spec = next((s for s in action_money.specs_of(action) or [] if s.amount == path), None)
+        if spec is not None and not spec.minor_units:
+            return None  # the value is in major units: shown as it is
+    return Money(value, amount.currency)
 
 
-def money_warnings(action: Action) -> list[str]:
-    """Where the payload breaks the money convention, so no amount slips past unread.
-
-    A ``…_cents`` value that is not an integer (text, a float, a boolean), and
-    a currency that is not an ISO 4217 code: both once disabled the money line
-    and the mismatch check without a word.
-    """
-    payload = action.payload if isinstance(action.payload, dict) else {}
-    out = []
-    for path, value in _walk(payload, "payload"):
-        if path.endswith("_cents") and (isinstance(value, bool) or not isinstance(value, int)):
-            out.append(
-                f"{path} is {_shown(value)}, not a whole number of minor units: the agent "
-                "may execute it differently from what you read"
-            )
-    cents = any(path.endswith("_cents") for path, _ in _walk(payload, "payload"))
-    currency = payload.get("currency")
-    if currency is not None and not iso_currency(currency):
-        out.append(
-            f"payload.currency is {_shown(currency)}, not an ISO 4217 currency code: "
-            "the amount is shown without a currency"
-        )
-    elif currency is None and cents:
-        out.append("the payload names no currency (payload.currency): the amount's unit is unknown")
+def money_fields(action: Action) -> dict[str, Money]:
+    """The editable paths that hold one of the action's amounts (in minor units), with its currency."""
+    found = _amounts_by_path(action)
+    out = {}
+    for path in action.editable:
+        _, value = resolve_path({"payload": action.payload}, path)
+        money = money_for_path(action, path, value, found)
+        if money is not None:
+            out[path] = money
     return out
 
 
-def _shown(value) -> str:
-    kind = {str: "the text", float: "the number", bool: "the boolean"}.get(type(value), "")
-    text = json.dumps(value, ensure_ascii=False)
-    return f"{kind} {text}".strip()
+def money_warnings(action: Action) -> list[str]:
+    """Where the action's money can't be read as the guards read it, so nothing slips past unread.
+
+    An amount Impri cannot read (a fraction of a minor unit, text that is not a
+    number, a boolean) counts as over every limit (step-up, Slack), and the
+    reviewer is told so; so is an amount written other than as an integer,
+    one whose currency is unknown, and a negative or zero amount of a kind
+    that declares none.
+    """
+    out = []
+    for amount in action_money.amounts(action):
+        if amount.minor is None:
+            out.append(
+                f"{amount.path} {amount.problem}: Impri cannot read it as a whole number of "
+                "minor units, so it counts as over every limit (step-up, Slack), and the agent "
+                "may execute it differently from what you read"
+            )
+            continue
+        if not isinstance(amount.raw, int) or isinstance(amount.raw, bool):
+            out.append(
+                f"{amount.path} {shown(amount.raw)}: Impri reads it as {amount.minor} minor "
+                "units, and the agent may execute it differently from what you read"
+            )
+        if not amount.currency:
+            out.append(
+                f"{amount.path} is in no ISO 4217 currency (the payload's currency is missing "
+                "or not an ISO 4217 currency code): the amount's unit is unknown"
+            )
+        if not amount.declared and amount.minor <= 0:
+            word = "negative" if amount.minor < 0 else "zero"
+            out.append(f"{amount.path} is {word}: check what the agent will do with it")
+    return out
+
+
+def sign_word(money: Money | None) -> str:
+    """``negative`` or ``zero`` for an amount that is not above zero (shown in red); else ""."""
+    if money is None or money.minor > 0:
+        return ""
+    return "negative" if money.minor < 0 else "zero"
 
 
 # --- What will happen -------------------------------------------------------------------------
@@ -74,12 +104,17 @@ class Outcome:
     target_url: str
     # Without money: the payload's telling fields, as (label, value), e.g. ("to", "a@b.example").
     details: tuple[tuple[str, str], ...] = ()
+    money_path: str = ""  # where the amount is (the approve button follows an edit of it)
+
+    @property
+    def sign(self) -> str:
+        return sign_word(self.money)
 
 
 def outcome(action: Action) -> Outcome:
     """The payload as a sentence: ``Refund $84.00 USD · order 10432``; without money, ``inbox.wording``."""
     payload = action.payload if isinstance(action.payload, dict) else {}
-    money = payload_money(payload)
+    money = action_money.primary(action)
     order = payload.get("order_id")
     if money is not None:
         verb = action.kind.rsplit(".", 1)[-1].replace("_", " ").replace("-", " ").capitalize()
@@ -90,6 +125,7 @@ def outcome(action: Action) -> Outcome:
     return Outcome(
         verb=verb,
         money=money,
+        money_path=action_money.primary_path(action) if money is not None else "",
         order=str(order) if isinstance(order, str | int) and not isinstance(order, bool) else None,
         target_url=action.target_url,
         details=details,
@@ -117,13 +153,11 @@ class Leaf:
 def leaves(action: Action) -> list[Leaf]:
     """Every leaf of the payload as ``payload.a.b``, with its original value beside it."""
     out: list[Leaf] = []
+    found = _amounts_by_path(action)
     for path, value in _walk(action.payload, "payload"):
         _, original = resolve_path({"payload": action.original_payload}, path)
-        out.append(
-            Leaf(
-                path, value, original, path in action.editable, money_for_path(action, path, value)
-            )
-        )
+        money = money_for_path(action, path, value, found)
+        out.append(Leaf(path, value, original, path in action.editable, money))
     return out
 
 
@@ -205,19 +239,55 @@ def _overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
 
 
 def amount_mismatches(action: Action, *, preview: bool = True) -> list[Mention]:
-    """Amounts the title or preview mention that are not what the agent's payload asks.
+    """What the agent wrote that disagrees with the amount the reviewer would approve.
 
     The reviewer approves the payload, not the agent's words: "Refund $8.40"
-    over a payload of 840000 cents must never read as harmless.
+    over a payload of 840000 cents must never read as harmless. The title and
+    the preview are read apart: one that mentions amounts agrees when one of
+    them is the payload's amount in its currency, and the others ("of the
+    $120.00 order", an earlier refund) are context (``amount_context``). One
+    that mentions amounts, none of them the payload's, disagrees: all its
+    mentions are listed. A figure a reviewer changed is checked against what
+    the agent asked, so a reviewer's own edit is no disagreement.
     """
-    # Against what the agent asked: a reviewer's own edit is no disagreement of the agent's words.
-    money = payload_money(action.original_payload)
+    agreed = _agreed_amounts(action)
+    if not agreed:
+        return []
+    out = []
+    for found in _mentioned(action, preview):
+        if not any(_agrees(m, money) for m in found for money in agreed):
+            out += found
+    return out
+
+
+def amount_context(action: Action) -> list[Mention]:
+    """Amounts the agent mentions beside the payload's own (order totals, earlier refunds)."""
+    agreed = _agreed_amounts(action)
+    out = []
+    for found in _mentioned(action, True):
+        if any(_agrees(m, money) for m in found for money in agreed):
+            out += [m for m in found if not any(_agrees(m, money) for money in agreed)]
+    return out
+
+
+def _agreed_amounts(action: Action) -> list[Money]:
+    """The amounts the agent's words may name: the payload's, and what it asked before a human edit."""
+    money = action_money.primary(action)
     if money is None:
         return []
-    found = mentions("title", action.title)
+    asked = action_money.primary(action, action.original_payload)
+    return [money, asked] if action.edited_by_human and asked is not None else [money]
+
+
+def _mentioned(action: Action, preview: bool) -> list[list[Mention]]:
+    texts = [mentions("title", action.title)]
     if preview:
-        found += mentions("preview", action.preview_body)
-    return [m for m in found if m.amount != money.major or _other_currency(m, money)]
+        texts.append(mentions("preview", action.preview_body))
+    return [found for found in texts if found]
+
+
+def _agrees(mention: Mention, money: Money) -> bool:
+    return mention.amount == abs(money.major) and not _other_currency(mention, money)
 
 
 DOLLAR_CURRENCIES = {"USD", "CAD", "AUD", "NZD", "SGD", "HKD", "MXN"}

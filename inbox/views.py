@@ -119,6 +119,8 @@ def _action_context(request: HttpRequest, action, **forms) -> dict:
         "outcome": presenters.outcome(action),
         "leaves": presenters.leaves(action),
         "mismatches": presenters.amount_mismatches(action),
+        "amount_context": presenters.amount_context(action),
+        "money_fields": presenters.money_fields(action),
         "money_warnings": presenters.money_warnings(action),
         "reviews": action.reviews.select_related("reviewer"),
         "payload_sha256": services.payload_sha256(action.payload),
@@ -134,7 +136,6 @@ def _action_context(request: HttpRequest, action, **forms) -> dict:
         "result_fields": list(action.result_detail.items())
         if isinstance(action.result_detail, dict)
         else [],
-        "asked_money": presenters.payload_money(action.original_payload),
         "superseded_by": action.superseded_by.order_by("created_at").first(),
         "bounds": {path: presenters.bounds(action, path) for path in action.editable},
         "previous": before,
@@ -145,12 +146,12 @@ def _action_context(request: HttpRequest, action, **forms) -> dict:
 
 def _step_up_prompt(request: HttpRequest, action) -> dict | None:
     """Whether the approve form asks for a code: money at the step-up limit, no fresh factor."""
-    if not stepup.needs_step_up(action.payload):
+    if not stepup.needs_step_up(action):
         return None
     credential = stepup.Credential("session", verified_at=twofactor.verified_at(request.session))
     if stepup.is_fresh(credential):
         return None
-    money = presenters.payload_money(action.payload)
+    money = presenters.action_money.primary(action)
     return {
         "limit": presenters.Money(stepup.threshold(), money.currency if money else ""),
         "enrolled": twofactor.authenticator(request.user) is not None,

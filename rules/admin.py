@@ -130,12 +130,13 @@ class RuleAdmin(admin.ModelAdmin):
         )
         output = ""
         if request.method == "POST" and form.is_valid():
-            rules = form.cleaned_data["parsed_rules"]
+            parsed = form.cleaned_data["parsed_file"]
             if form.cleaned_data["action_json"]:
-                output = dry_run(rules, form.cleaned_data["action_json"])
+                output = dry_run(parsed.rules, form.cleaned_data["action_json"], parsed.kinds)
             else:
                 since = form.cleaned_data["since_at"]
-                output = backtest(rules, past_actions(since), since).as_text(AMOUNT_PATH)
+                report = backtest(parsed.rules, past_actions(since), since, kinds=parsed.kinds)
+                output = report.as_text(AMOUNT_PATH)
         context = {
             **self.admin_site.each_context(request),
             "title": "Dry run and backtest",
@@ -156,7 +157,7 @@ class RuleAdmin(admin.ModelAdmin):
         if not self.has_change_permission(request):
             raise PermissionDenied
         version = _version()
-        current = normalized(services.current_rules().rules)
+        current = normalized(services.current_rules())
         form = RulesYAMLForm(request.POST or None, initial={"rules_yaml": current})
         context = {
             **self.admin_site.each_context(request),
@@ -166,9 +167,10 @@ class RuleAdmin(admin.ModelAdmin):
             "version": version,
         }
         if request.method == "POST" and form.is_valid():
-            rules = form.cleaned_data["parsed_rules"]
+            parsed = form.cleaned_data["parsed_file"]
+            rules = parsed.rules
             if request.POST.get("save") and form.cleaned_data["previewed_version"] == version:
-                new = services.replace_rules(rules, by=f"admin:{request.user.get_username()}")
+                new = services.replace_rules(parsed, by=f"admin:{request.user.get_username()}")
                 messages.success(request, f"Rules saved: version {new}, {len(rules)} rule(s).")
                 return HttpResponseRedirect(reverse("admin:rules_rule_changelist"))
             if request.POST.get("save"):
@@ -177,7 +179,7 @@ class RuleAdmin(admin.ModelAdmin):
                     f"The rules changed since your preview (now version {version}): "
                     "nothing was saved. Review the new preview, then save.",
                 )
-            context["preview"] = preview(rules)
+            context["preview"] = preview(parsed)
         return TemplateResponse(request, "admin/rules/rule/yaml.html", context)
 
 
@@ -191,6 +193,7 @@ KEY_ORDER = [
     "name", "kind", "agent", "when", "all", "any", "not", "path", "then", "reason", "group",
     "approvals_required", "expires_in_s", "escalate_after_s", "escalate_to", "edit_bounds",
     "budget", "per", "sum", "scope", "min", "max", "enabled",
+    "schema", "money", "amount", "currency", "minor_units", "sign",
 ]  # fmt: skip
 
 
@@ -204,27 +207,34 @@ def _ordered(value):
     return value
 
 
-def normalized(rules: list[engine.Rule]) -> str:
-    """A rule set as YAML in one canonical key order: the diff shows changes, not storage order."""
+def normalized(ruleset) -> str:
+    """A rule set (its rules and kinds) as YAML in one canonical key order: the diff shows
+    changes, not storage order."""
     specs = []
-    for rule in rules:
+    for rule in ruleset.rules:
         spec = {k: v for k, v in rule.source.items() if k not in ("name", "enabled")}
         spec["name"] = rule.name
         if not rule.enabled:
             spec["enabled"] = False
         specs.append(_ordered(spec))
-    return yaml.safe_dump({"rules": specs}, sort_keys=False, allow_unicode=True)
+    document: dict = {"rules": specs}
+    if ruleset.kinds:
+        document["kinds"] = {
+            name: _ordered(spec.as_dict()) for name, spec in sorted(ruleset.kinds.items())
+        }
+    return yaml.safe_dump(document, sort_keys=False, allow_unicode=True)
 
 
 def _compared(rule: engine.Rule) -> tuple[dict, bool]:
     return {k: v for k, v in rule.source.items() if k != "enabled"}, rule.enabled
 
 
-def preview(rules: list[engine.Rule]) -> dict:
-    current = services.current_rules().rules
+def preview(parsed: services.RuleFile) -> dict:
+    loaded = services.current_rules()
+    current, rules = loaded.rules, parsed.rules
     before = {r.name: _compared(r) for r in current}
     after = {r.name: _compared(r) for r in rules}
-    old_text, new_text = normalized(current), normalized(rules)
+    old_text, new_text = normalized(loaded), normalized(parsed)
     since = timezone.now() - timedelta(days=7)
     return {
         "added": [name for name in after if name not in before],
@@ -240,8 +250,13 @@ def preview(rules: list[engine.Rule]) -> dict:
             )
         ),
         "unchanged": old_text == new_text,
-        "backtest_before": backtest(current, past_actions(since), since).as_text(AMOUNT_PATH),
-        "backtest_after": backtest(rules, past_actions(since), since).as_text(AMOUNT_PATH),
+        "kinds_changed": loaded.kinds != parsed.kinds,
+        "backtest_before": backtest(
+            current, past_actions(since), since, kinds=loaded.kinds
+        ).as_text(AMOUNT_PATH),
+        "backtest_after": backtest(rules, past_actions(since), since, kinds=parsed.kinds).as_text(
+            AMOUNT_PATH
+        ),
         "count": len(rules),
     }
 
@@ -255,13 +270,13 @@ class RulesYAMLForm(forms.Form):
 
     def clean_rules_yaml(self):
         try:
-            rules = services.parse_yaml(self.cleaned_data["rules_yaml"])
+            parsed = services.parse_file(self.cleaned_data["rules_yaml"])
             # A group named by no existing reviewer group strands actions: refused
             # here as at import (create it first, or import with --create-groups).
-            services.check_groups(rules)
+            services.check_groups(parsed.rules)
         except engine.RuleError as exc:
             raise forms.ValidationError(str(exc)) from None
-        self.cleaned_data["parsed_rules"] = rules
+        self.cleaned_data["parsed_file"] = parsed
         return self.cleaned_data["rules_yaml"]
 
 
@@ -278,7 +293,7 @@ class DryRunForm(forms.Form):
 
     def clean_rules_yaml(self):
         try:
-            self.cleaned_data["parsed_rules"] = services.parse_yaml(self.cleaned_data["rules_yaml"])
+            self.cleaned_data["parsed_file"] = services.parse_file(self.cleaned_data["rules_yaml"])
         except engine.RuleError as exc:
             raise forms.ValidationError(str(exc)) from None
         return self.cleaned_data["rules_yaml"]

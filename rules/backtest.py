@@ -20,13 +20,16 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from . import engine
+from .kinds import KindSpec, declaration, payload_problems
+from .money import Money, MoneySpec, amounts
 from .services import budget_amount, budget_scope, window_start
 
 # One past action as the rules saw it when it was pushed: when, and the view
 # ``engine.evaluate`` takes (kind, agent, agent_id, payload, flags, context).
 PastAction = tuple[datetime, dict]
-# What "auto-approved amount" adds up, unless the caller names another path.
-AMOUNT_PATH = "payload.amount_cents"
+# The report's amounts: the actions' own (rules.money), unless the caller names a path.
+AMOUNT_PATH = None
+MAX_NAMED = 20  # actions over a budget named in the report; the rest are counted
 
 
 def past_actions(since: datetime | None) -> Iterable[PastAction]:
@@ -39,11 +42,18 @@ class BacktestReport:
     since: datetime | None
     actions: int = 0
     outcomes: Counter = field(default_factory=Counter)
-    auto_approved_amount: Decimal = Decimal(0)
+    # Minor units per currency ("" when unknown); with an amount path, plain numbers under "".
+    auto_approved: Counter = field(default_factory=Counter)
+    unreadable: int = 0  # auto-approved actions whose amount could not be read
     sent_to_review_by_budget: int = 0
+    over_budget: list[str] = field(default_factory=list)
     by_rule: Counter = field(default_factory=Counter)
 
-    def as_text(self, amount_path: str) -> str:
+    @property
+    def auto_approved_amount(self) -> Decimal:
+        return Decimal(sum(self.auto_approved.values()))
+
+    def as_text(self, amount_path: str | None = None) -> str:
         lines = [
             f"Replayed {self.actions} action(s)"
             + (f" since {self.since:%Y-%m-%d %H:%M} UTC" if self.since else ""),
@@ -55,14 +65,31 @@ class BacktestReport:
                 if self.sent_to_review_by_budget
                 else ""
             ),
-            f"  total auto-approved ({amount_path}): {_plain(self.auto_approved_amount)}",
-            "By rule:",
+            f"  total auto-approved{f' ({amount_path})' if amount_path else ''}: "
+            + self._totals(amount_path),
         ]
+        if self.over_budget:
+            named = ", ".join(self.over_budget[:MAX_NAMED])
+            more = len(self.over_budget) - MAX_NAMED
+            lines.append(f"  over a budget: {named}" + (f" and {more} more" if more > 0 else ""))
+        lines.append("By rule:")
         lines += [
             f"  {name or '(default)'}: {count}"
             for name, count in sorted(self.by_rule.items(), key=_key)
         ]
         return "\n".join(lines)
+
+    def _totals(self, amount_path: str | None) -> str:
+        if amount_path:
+            return _plain(self.auto_approved_amount)
+        parts = [
+            str(Money(total, currency)) if currency else f"{total} (minor units, no currency)"
+            for currency, total in sorted(self.auto_approved.items())
+            if total
+        ]
+        if self.unreadable:
+            parts.append(f"{self.unreadable} amount(s) Impri could not read")
+        return ", ".join(parts) or "0"
 
 
 def _key(item):
@@ -77,15 +104,19 @@ def backtest(
     rules: list[engine.Rule],
     history: Iterable[PastAction],
     since: datetime | None = None,
-    amount_path: str = AMOUNT_PATH,
+    amount_path: str | None = AMOUNT_PATH,
+    kinds: dict[str, KindSpec] | None = None,
 ) -> BacktestReport:
     """Replay ``history`` (oldest first) through ``rules``; budgets are simulated in memory.
 
-    ``since`` only labels the report: ``history`` is what is replayed.
+    ``kinds`` is the candidate file's ``kinds:``: a past action of a kind it
+    declares is read with that declaration, others with the one fixed at their
+    push. ``since`` only labels the report: ``history`` is what is replayed.
     """
     report = BacktestReport(since=since)
     spent: dict[tuple, Decimal] = {}
     for pushed_at, view in history:
+        view = _declared(view, kinds)
         verdict = engine.evaluate(rules, view)
         outcome = verdict.outcome
         if (
@@ -95,14 +126,35 @@ def backtest(
         ):
             outcome = "review"
             report.sent_to_review_by_budget += 1
+            report.over_budget.append(str(view.get("id") or f"#{report.actions + 1}"))
         report.actions += 1
         report.outcomes[outcome] += 1
         report.by_rule[verdict.rule] += 1
         if outcome == "auto_approve":
-            amount = engine.lookup(view, amount_path)
-            if engine.is_number(amount):
-                report.auto_approved_amount += Decimal(str(amount))
+            _add_amount(report, view, amount_path)
     return report
+
+
+def _declared(view: dict, kinds: dict[str, KindSpec] | None) -> dict:
+    spec = declaration(kinds, view.get("kind")) if kinds is not None else None
+    if spec is None or spec.money is None:
+        return view
+    return {**view, "money": [m.as_dict() for m in spec.money]}
+
+
+def _add_amount(report: BacktestReport, view: dict, amount_path: str | None) -> None:
+    if amount_path:
+        amount = engine.lookup(view, amount_path)
+        if engine.is_number(amount):
+            report.auto_approved[""] += Decimal(str(amount))
+        return
+    declared = view.get("money")
+    specs = [MoneySpec.from_dict(m) for m in declared] if declared is not None else None
+    for found in amounts({"payload": view.get("payload")}, specs):
+        if found.minor is None:
+            report.unreadable += 1
+        else:
+            report.auto_approved[found.currency] += found.minor
 
 
 def _fits(verdict: engine.Verdict, view: dict, at: datetime, spent: dict) -> bool:
@@ -117,10 +169,14 @@ def _fits(verdict: engine.Verdict, view: dict, at: datetime, spent: dict) -> boo
     return True
 
 
-def dry_run(rules: list[engine.Rule], view: dict) -> str:
-    """The verdict and trace for one action, as text."""
+def dry_run(rules: list[engine.Rule], view: dict, kinds: dict[str, KindSpec] | None = None) -> str:
+    """The verdict and trace for one action, as text, with its amounts as the guards read them."""
+    spec = declaration(kinds or {}, view.get("kind"))
+    problems = payload_problems(spec, view.get("payload")) if spec is not None else []
+    view = _declared(view, kinds or {})
     verdict = engine.evaluate(rules, view)
-    lines = [
+    lines = [f"refused at push: {path}: {message}" for path, message in problems]
+    lines += [
         f"verdict: {verdict.outcome}",
         f"rule: {verdict.rule or '(default: review by the default group)'}",
     ]
@@ -130,6 +186,7 @@ def dry_run(rules: list[engine.Rule], view: dict) -> str:
         lines.append(
             f"group: {verdict.group or '(default group)'}; approvals required: {verdict.approvals_required}"
         )
+    lines.append("amounts: " + _amounts_text(view, spec))
     if verdict.edit_bounds:
         lines.append(f"edit bounds: {verdict.edit_bounds}")
     if verdict.budget:
@@ -140,6 +197,22 @@ def dry_run(rules: list[engine.Rule], view: dict) -> str:
         for step in verdict.trace
     ]
     return "\n".join(lines)
+
+
+def _amounts_text(view: dict, spec: KindSpec | None) -> str:
+    declared = view.get("money")
+    specs = [MoneySpec.from_dict(m) for m in declared] if declared is not None else None
+    found = amounts({"payload": view.get("payload")}, specs)
+    source = f"declared by {spec.name}" if specs is not None and spec else "found by the detector"
+    if not found:
+        return f"none ({source})"
+    shown = [
+        f"{a.path} = {a.money}"
+        if a.minor is not None
+        else f"{a.path} {a.problem} (over every limit)"
+        for a in found
+    ]
+    return "; ".join(shown) + f" ({source})"
 
 
 SINCE_RE = re.compile(r"^(\d+)([dhm])$")

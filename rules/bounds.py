@@ -13,31 +13,41 @@ from .engine import is_number, lookup
 DEFAULT_MONEY_BOUNDS = {"min": 1, "max": "original"}
 
 
-def is_money_field(path: str, original: Any) -> bool:
-    """A money field: an integer (minor units, e.g. cents) whose name ends in ``_cents``."""
-    return (
-        path.rsplit(".", 1)[-1].endswith("_cents")
-        and isinstance(original, int)
-        and not isinstance(original, bool)
-    )
+def money_default(original: Any, sign: str = "positive") -> dict:
+    """The bounds a money field starts with: toward zero from what the agent asked, never past it.
+
+    ``0 < value <= original`` for a positive amount; for a kind that declares
+    ``sign: any``, a negative amount may likewise shrink toward zero
+    (``original <= value < 0``). An amount that is not a number gets the
+    positive default, which no edit passes (``bound_problem`` wants a number).
+    """
+    if sign == "any" and is_number(original) and original < 0:
+        return {"min": "original", "max": -1}
+    return dict(DEFAULT_MONEY_BOUNDS)
 
 
 def effective_bounds(
-    editable: list[str], original: dict, rule_bounds: dict, push_bounds: dict
+    editable: list[str],
+    original: dict,
+    rule_bounds: dict,
+    push_bounds: dict,
+    money_paths: dict[str, str] | None = None,
 ) -> dict:
     """The ``{min, max}`` a reviewer's edit must keep to, per editable path.
 
-    1. A money field whose original is above 0 starts at ``0 < value <= original``
-       (``{min: 1, max: original}``); any other field starts unbounded.
+    1. A money field (``money_paths``: path → sign, the action's amounts as
+       ``approvals.money`` reads them) starts at ``money_default``; any other
+       field starts unbounded.
     2. The rule's ``edit_bounds`` replace those limits key by key (a ``null``
        removes one): rules may widen or narrow.
     3. The agent's own ``{min, max}`` from ``editable`` can only narrow: the
        tighter of the two limits wins.
     """
+    money_paths = money_paths or {}
     out = {}
     for path in editable:
         value = lookup({"payload": original}, path)
-        limits = dict(DEFAULT_MONEY_BOUNDS) if is_money_field(path, value) and value > 0 else {}
+        limits = money_default(value, money_paths[path]) if path in money_paths else {}
         limits.update(rule_bounds.get(path) or {})
         for key, limit in (push_bounds.get(path) or {}).items():
             limits[key] = _tighter(key, limits.get(key), limit, value)

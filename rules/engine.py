@@ -75,7 +75,7 @@ class Group:
 @dataclass(frozen=True)
 class Budget:
     per: str  # day | hour
-    sum: str  # a payload path, or "count"
+    sum: str  # a payload path, "count", or "amount" (the action's amount, rules.money)
     max: float
     scope: str | None = (
         None  # optional payload path: one budget per value (e.g. payload.customer_id)
@@ -315,14 +315,19 @@ def _budget(rule: str, raw: Any) -> Budget | None:
         raise RuleError(
             rule,
             "budget",
-            "must be {per: day|hour, sum: <payload path>|count, max: N, scope?: <payload path>}",
+            "must be {per: day|hour, sum: <payload path>|amount|count, max: N, scope?: <payload path>}",
         )
     per, total, cap, scope = raw.get("per"), raw.get("sum"), raw.get("max"), raw.get("scope")
     if per not in ("day", "hour"):
         raise RuleError(rule, "budget.per", "must be day or hour")
-    if not isinstance(total, str) or not (total == "count" or total.startswith("payload.")):
+    if not isinstance(total, str) or not (
+        total in ("count", "amount") or total.startswith("payload.")
+    ):
         raise RuleError(
-            rule, "budget.sum", "must be count or a payload path such as payload.amount_cents"
+            rule,
+            "budget.sum",
+            "must be count, amount (the action's declared amount) or a payload path such as "
+            "payload.amount_cents",
         )
     if not is_number(cap) or cap < 0:
         raise RuleError(rule, "budget.max", "must be a number of at least 0")

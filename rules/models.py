@@ -75,6 +75,8 @@ class RuleSet(models.Model):
     # A fresh random value with every bump: what a process's cache of parsed rules
     # is keyed on, so a version number reused after a rollback is never mistaken.
     revision = models.CharField(max_length=32, default="", editable=False)
+    # The rules file's ``kinds:`` section as given (rules.kinds); the defaults are not stored.
+    kinds = models.JSONField(default=dict, blank=True)
 
     def __str__(self) -> str:
         return f"rule set v{self.version}"

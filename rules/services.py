@@ -6,7 +6,7 @@ import difflib
 import hashlib
 import json
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 
@@ -20,14 +20,28 @@ from audit import log as audit
 from audit.identity import current_actor
 from audit.models import ActorType
 
-from . import engine
+from . import engine, money
+from . import kinds as kinds_
 from .models import BudgetCounter, Rule, RuleSet, RuleSetVersion
+from .money import MoneySpec
 
 
 @dataclass(frozen=True)
 class LoadedRules:
     version: int
     rules: list[engine.Rule]
+    kinds: dict[str, kinds_.KindSpec] = field(default_factory=dict)
+
+    def declaration(self, kind: str) -> kinds_.KindSpec | None:
+        return kinds_.declaration(self.kinds, kind)
+
+
+@dataclass(frozen=True)
+class RuleFile:
+    """A rules file: its ordered rules and its ``kinds:`` section (without the defaults)."""
+
+    rules: list[engine.Rule]
+    kinds: dict[str, kinds_.KindSpec] = field(default_factory=dict)
 
 
 _loaded: tuple[str, LoadedRules] | None = None
@@ -52,7 +66,10 @@ def current_rules() -> LoadedRules:
     cached = _loaded
     if revision and cached is not None and cached[0] == revision:
         return cached[1]
-    loaded = LoadedRules(version, [rule.parsed() for rule in Rule.objects.in_order()])
+    declared = RuleSet.objects.filter(pk=1).values_list("kinds", flat=True).first() or {}
+    loaded = LoadedRules(
+        version, [rule.parsed() for rule in Rule.objects.in_order()], kinds_.parse_kinds(declared)
+    )
     _loaded = (revision, loaded) if revision else None
     return loaded
 
@@ -114,13 +131,22 @@ def check_groups(rules: list[engine.Rule], *, create: bool = False) -> list[str]
     return missing
 
 
-def replace_rules(rules: list[engine.Rule], *, by: str, create_groups: bool = False) -> int:
-    """Replace the whole rule set atomically; returns the new version.
+def replace_rules(
+    rules: list[engine.Rule] | RuleFile, *, by: str, create_groups: bool = False
+) -> int:
+    """Replace the whole rule set atomically (and its ``kinds:``, given a RuleFile); the new version.
 
     A rule naming a reviewer group that does not exist is a RuleError, unless
-    ``create_groups`` creates it.
+    ``create_groups`` creates it. A plain list of rules keeps the kinds as they are.
     """
+    declared = rules.kinds if isinstance(rules, RuleFile) else None
+    rules = rules.rules if isinstance(rules, RuleFile) else rules
     with transaction.atomic():
+        if declared is not None:
+            RuleSet.objects.get_or_create(pk=1)
+            RuleSet.objects.filter(pk=1).update(
+                kinds={name: spec.as_dict() for name, spec in declared.items()}
+            )
         created = check_groups(rules, create=create_groups)
         Rule.objects.all().delete()
         for position, rule in enumerate(rules):
@@ -128,7 +154,9 @@ def replace_rules(rules: list[engine.Rule], *, by: str, create_groups: bool = Fa
             Rule.objects.create(
                 position=position * 10, name=rule.name, enabled=rule.enabled, definition=spec
             )
-        detail = {"rules": [r.name for r in rules]}
+        detail: dict = {"rules": [r.name for r in rules]}
+        if declared:
+            detail["kinds"] = sorted(declared)
         if created:
             detail["created_groups"] = created
         return bump_version(by=by, change="replaced", detail=detail)
@@ -198,6 +226,8 @@ def budget_amount(budget: engine.Budget, action: dict) -> Decimal | None:
     """What this action costs against the budget; None when it can't be counted (→ review)."""
     if budget.sum == "count":
         return Decimal(1)
+    if budget.sum == "amount":
+        return _declared_amount(action)
     value = engine.lookup(action, budget.sum)
     if not engine.is_number(value) or value < 0:
         return None
@@ -205,6 +235,18 @@ def budget_amount(budget: engine.Budget, action: dict) -> Decimal | None:
         return Decimal(str(value))
     except InvalidOperation:
         return None
+
+
+def _declared_amount(action: dict) -> Decimal | None:
+    """The action's amount as every money guard reads it (``money``: the declaration in the view)."""
+    declared = action.get("money")
+    specs = [MoneySpec.from_dict(m) for m in declared] if declared is not None else None
+    top = money.largest(money.amounts({"payload": action.get("payload")}, specs))
+    if top is None:
+        return Decimal(0)
+    if top.minor is None or top.minor < 0:
+        return None
+    return Decimal(top.minor)
 
 
 def budget_scope(budget: engine.Budget, action: dict) -> str | None:

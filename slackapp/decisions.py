@@ -20,10 +20,9 @@ from django.contrib.auth import get_user_model
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
-from approvals import services, stepup
+from approvals import money, services
 from approvals.errors import ActionNotPending, Forbidden, InvalidInput, StalePayload
 from approvals.models import Action
-from approvals.money import Money, iso_currency
 from approvals.notify import slack_escape
 from approvals.presenters import inbox_url
 from audit import log as audit
@@ -36,9 +35,10 @@ logger = logging.getLogger(__name__)
 def over_limit(action: Action, edits: dict | None = None) -> bool:
     """True when the payload Slack would approve carries an amount above the Slack limit.
 
-    The amount is read as step-up reads it (``approvals.stepup.amount_cents``: the largest
-    ``…_cents`` value anywhere in the payload, nested or under any name), and after the
-    reviewer's edits: an edit that raises the figure is checked, not the figure before it.
+    The amount is the one every money guard reads (``approvals.money``: the kind's
+    declared amounts, else the detector under any spelling of a money key; an
+    amount it cannot read counts as above), after the reviewer's edits: an edit
+    that raises the figure is checked, not the figure before it.
     """
     payload = action.payload
     if edits:
@@ -46,13 +46,13 @@ def over_limit(action: Action, edits: dict | None = None) -> bool:
             payload = services.apply_edits(action, edits)
         except InvalidInput:
             return False  # the service refuses the edits itself, naming the field
-    amount = stepup.amount_cents(payload)
-    return amount is not None and amount > settings.IMPRI_SLACK_MAX_APPROVE_CENTS
+    found = money.amounts(action, payload)
+    return money.above(found, settings.IMPRI_SLACK_MAX_APPROVE_CENTS) is not None
 
 
 def limit_text(action: Action) -> str:
-    currency = iso_currency((action.payload or {}).get("currency"))
-    return str(Money(settings.IMPRI_SLACK_MAX_APPROVE_CENTS, currency))
+    asked = money.primary(action)
+    return str(money.Money(settings.IMPRI_SLACK_MAX_APPROVE_CENTS, asked.currency if asked else ""))
 
 
 # --- Who is clicking -------------------------------------------------------------------

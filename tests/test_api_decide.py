@@ -90,7 +90,10 @@ def test_a_bad_edit_is_a_422_naming_the_path(action, rita, edits, field, words):
 
 def test_editable_list_items_keep_their_type(agent, rita):
     action = make_action(
-        agent.agent, payload={"lines": [{"sku": "MUG", "qty": 2}]}, editable=["payload.lines.0.qty"]
+        agent.agent,
+        kind="order.update",
+        payload={"lines": [{"sku": "MUG", "qty": 2}]},
+        editable=["payload.lines.0.qty"],
     )
     response = rita.client().post(
         f"/actions/{action.pk}/approve", {"edits": {"payload.lines.0.qty": 1}}

@@ -34,8 +34,22 @@ SHAPES = {
 }
 
 
-def _numbers_json() -> str:
-    return "{" + ",".join(f'"{k}":{v}' for k, v in SHAPES.items()) + "}"
+# A payload's numbers are I-JSON (RFC 7493: integers within ±(2^53 − 1)); these are its
+# odd spellings. Context and results keep every shape above.
+PAYLOAD_SHAPES = {
+    "neg_zero": "-0.0",
+    "e15": "1e15",
+    "e15_plus": "1e+15",
+    "e15_digits": "1000000000000000",
+    "max_safe": "9007199254740991",
+    "tenth": "0.1",
+    "tiny": "1e-7",
+    "one_point_oh": "1.0",
+}
+
+
+def _numbers_json(shapes: dict = SHAPES) -> str:
+    return "{" + ",".join(f'"{k}":{v}' for k, v in shapes.items()) + "}"
 
 
 @pytest.mark.parametrize(
@@ -74,12 +88,13 @@ def test_scheme_2_agrees_with_scheme_1_on_plain_data():
 
 def _raw_push(agent, **overrides) -> dict:
     body = refund_body(
-        editable=["payload.amount_cents", "payload.numbers.tenth", "payload.numbers.two_63"],
+        editable=["payload.amount_cents", "payload.numbers.tenth", "payload.numbers.max_safe"],
         **overrides,
     )
-    body["payload"]["numbers"] = "@@NUMBERS@@"
+    body["payload"]["numbers"] = "@@PAYLOAD_NUMBERS@@"
     body["context"]["numbers"] = "@@NUMBERS@@"
     text = json.dumps(body).replace('"@@NUMBERS@@"', _numbers_json())
+    text = text.replace('"@@PAYLOAD_NUMBERS@@"', _numbers_json(PAYLOAD_SHAPES))
     response = agent.client().post("/actions", text)
     assert response.status_code == 201, response.content
     return response.json()
@@ -97,7 +112,7 @@ def test_every_number_shape_leaves_a_verifying_chain_and_equal_payload_hashes(ag
     # An edited one: the edits themselves carry the shapes.
     edited = _raw_push(agent)
     edits = (
-        '{"edits": {"payload.numbers.tenth": 1e20, "payload.numbers.two_63": 18446744073709551616}}'
+        '{"edits": {"payload.numbers.tenth": 1e15, "payload.numbers.max_safe": -9007199254740991}}'
     )
     response = rita.client().post(f"/actions/{edited['action_id']}/approve", edits)
     assert response.status_code == 200, response.content
@@ -126,7 +141,7 @@ def test_every_number_shape_leaves_a_verifying_chain_and_equal_payload_hashes(ag
     assert Review.objects.get(action=stored).payload_sha256 == digest
     assert {e.scheme for e in AuditEvent.objects.all()} == {2}
     changes = AuditEvent.objects.get(action_id=edited["action_id"], event="action.edited")
-    assert changes.data["changes"]["payload.numbers.tenth"]["after"] == 1e20
+    assert changes.data["changes"]["payload.numbers.tenth"]["after"] == 1e15
 
 
 def test_a_two_approver_action_with_odd_numbers_counts_both_approvals(agent, rita, sam, db):
@@ -305,7 +320,7 @@ def test_a_chain_written_before_the_cut_over_still_verifies(agent, rita):
     import copy
 
     for _ in range(3):
-        make_action(agent.agent, payload={"amount_cents": 8400, "rate": 1.0})
+        make_action(agent.agent, payload={"amount_cents": 8400, "currency": "USD", "rate": 1.0})
     chain = copy.deepcopy(list(AuditEvent.objects.order_by("seq")))
     cut_over = 4
     prev = audit_log.GENESIS_HASH

@@ -1,4 +1,9 @@
-"""Amount spoofing in the inbox: what breaks the money convention is said, never silently dropped."""
+"""Amount spoofing in the inbox: what breaks the money convention is said, never silently dropped.
+
+``payment.refund`` declares its money, so a push that breaks it is refused
+(tests/test_money_kinds.py); these actions are of a kind that declares none,
+whose money the detector reads and the inbox must still show truthfully.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +12,18 @@ from decimal import Decimal
 import pytest
 from django.test import Client
 
+from approvals import money as action_money
 from approvals.models import Action
 from inbox import presenters
 from tests.conftest import make_reviewer
 from tests.factories import make_action, refund_body
 
 TITLE = "Refund $84.00 on order 10432"
+KIND = "billing.refund"  # declares nothing: the detector reads it
 
 
 def action_with(payload: dict, **fields) -> Action:
-    base = {"kind": "payment.refund", "title": TITLE, "preview_body": "Refund **$84.00**."}
+    base = {"kind": KIND, "title": TITLE, "preview_body": "Refund **$84.00**."}
     return Action(payload=payload, original_payload=payload, **{**base, **fields})
 
 
@@ -26,6 +33,7 @@ def action_with(payload: dict, **fields) -> Action:
         ("840000", 'the text "840000"'),
         (840000.0, "the number 840000.0"),
         (8400.5, "the number 8400.5"),
+        ("840,000", 'the text "840,000"'),
     ],
 )
 def test_a_non_integer_amount_warns_and_still_checks_the_title(amount, words):
@@ -36,7 +44,7 @@ def test_a_non_integer_amount_warns_and_still_checks_the_title(amount, words):
 
 
 def test_a_fraction_of_a_cent_is_shown_not_rounded_away():
-    money = presenters.payload_money({"amount_cents": 8400.5, "currency": "USD"})
+    money = action_money.primary(action_with({"amount_cents": 8400.5, "currency": "USD"}))
     assert (money.major, str(money)) == (Decimal("84.005"), "$84.005 USD")
 
 
@@ -51,7 +59,7 @@ def test_a_text_amount_that_matches_the_title_still_warns():
 )
 def test_a_currency_that_is_not_iso_4217_is_not_written_into_the_money_line(currency):
     action = action_with({"amount_cents": 8400, "currency": currency})
-    money = presenters.payload_money(action.payload)
+    money = action_money.primary(action)
     assert str(money) == "84.00"
     assert any("not an ISO 4217" in w for w in presenters.money_warnings(action))
 
@@ -59,14 +67,15 @@ def test_a_currency_that_is_not_iso_4217_is_not_written_into_the_money_line(curr
 @pytest.mark.parametrize(("currency", "text"), [("usd", "$84.00 USD"), ("JPY", "¥8,400 JPY")])
 def test_an_iso_currency_is_read_in_any_case(currency, text):
     action = action_with({"amount_cents": 8400, "currency": currency})
-    assert str(presenters.payload_money(action.payload)) == text
+    assert str(action_money.primary(action)) == text
     assert presenters.money_warnings(action) == []
 
 
 def test_cents_without_a_currency_warn():
     action = action_with({"amount_cents": 8400})
     assert presenters.money_warnings(action) == [
-        "the payload names no currency (payload.currency): the amount's unit is unknown"
+        "payload.amount_cents is in no ISO 4217 currency (the payload's currency is missing "
+        "or not an ISO 4217 currency code): the amount's unit is unknown"
     ]
 
 
@@ -87,7 +96,9 @@ def page(client: Client, action: Action) -> str:
 
 
 def test_a_string_amount_shows_the_money_line_the_mismatch_and_the_warning(agent, rita_browser):
-    action = make_action(agent.agent, payload={"amount_cents": "840000", "currency": "USD"})
+    action = make_action(
+        agent.agent, kind=KIND, payload={"amount_cents": "840000", "currency": "USD"}
+    )
     body = page(rita_browser, action)
     assert 'id="money-warning"' in body
     assert "payload.amount_cents is the text &quot;840000&quot;" in body
@@ -99,7 +110,9 @@ def test_a_string_amount_shows_the_money_line_the_mismatch_and_the_warning(agent
 
 def test_a_bidi_currency_is_revealed_and_kept_out_of_the_money_line(agent, rita_browser):
     action = make_action(
-        agent.agent, payload={"amount_cents": 8400, "currency": "usd\u202e", "order_id": "10432"}
+        agent.agent,
+        kind=KIND,
+        payload={"amount_cents": 8400, "currency": "usd\u202e", "order_id": "10432"},
     )
     body = page(rita_browser, action)
     assert "\u202e" not in body
@@ -110,6 +123,7 @@ def test_a_bidi_currency_is_revealed_and_kept_out_of_the_money_line(agent, rita_
 def test_a_prose_currency_is_not_written_into_the_money_line(agent, rita_browser):
     action = make_action(
         agent.agent,
+        kind=KIND,
         payload={"amount_cents": 8400, "currency": "usd (= $84.00 after store credit)"},
     )
     body = page(rita_browser, action)

@@ -1,8 +1,10 @@
 """Money edits are bounded by default: a reviewer can lower a refund, never raise, invert or zero it.
 
-Money fields are integer ``…_cents`` fields. Without a rule bound an editable
-one keeps ``0 < value <= original``; rules may widen or narrow that; the agent
-may narrow it at push (``editable: [{path, min, max}]``), never widen it.
+Money fields are the action's amounts (its kind's declaration, else the
+detector: rules.money). Without a rule bound an editable one keeps
+``0 < value <= original``; rules may widen or narrow that; the agent may narrow
+it at push (``editable: [{path, min, max}]``), never widen it; and an edit never
+breaks what the kind declares (a positive integer in minor units).
 """
 
 from __future__ import annotations
@@ -67,25 +69,37 @@ def test_the_bounds_are_shown_with_the_action(agent, rita):
     }
 
 
-def test_a_money_field_pushed_at_zero_or_below_has_no_default(agent, rita):
-    action = make_action(agent.agent, payload={"amount_cents": 0, "currency": "USD"})
-    assert action.edit_bounds == {AMOUNT: {}}
-    assert approve_amount(rita, action.pk, 500).status_code == 200
+def test_a_refund_pushed_at_zero_or_below_is_refused_naming_the_path(agent):
+    for amount in (0, -500):
+        response = push(agent, payload={"amount_cents": amount, "currency": "USD"})
+        assert response.status_code == 422, response.content
+        assert response.json()["field"] == AMOUNT
+        assert "must be a positive integer in minor units" in response.json()["detail"]
+    assert not Action.objects.exists()
 
 
 def test_other_numbers_have_no_default_bound(agent, rita):
     action = make_action(
-        agent.agent, payload={"qty": 2, "total": 12.5}, editable=["payload.qty", "payload.total"]
+        agent.agent,
+        kind="order.update",
+        payload={"qty": 2, "total": 12.5},
+        editable=["payload.qty", "payload.total"],
     )
     response = approve(rita, action.pk, **{"payload.qty": 900, "payload.total": -3.5})
     assert response.status_code == 200, response.content
 
 
-def test_a_cents_field_that_is_not_an_integer_is_not_money(agent, rita):
+def test_a_cents_field_written_as_text_is_money_and_no_edit_passes_its_bound(agent, rita):
     action = make_action(
-        agent.agent, payload={"fee_cents": "12", "currency": "USD"}, editable=["payload.fee_cents"]
+        agent.agent,
+        kind="billing.fee",
+        payload={"fee_cents": "12", "currency": "USD"},
+        editable=["payload.fee_cents"],
     )
-    assert action.edit_bounds == {"payload.fee_cents": {}}
+    assert action.edit_bounds == {"payload.fee_cents": {"min": 1, "max": "original"}}
+    response = approve(rita, action.pk, **{"payload.fee_cents": "1200"})
+    assert response.status_code == 422, response.content
+    assert response.json()["field"] == "edits.payload.fee_cents"
 
 
 class TestRuleBounds:
@@ -112,9 +126,22 @@ class TestRuleBounds:
         assert approve_amount(rita, action.pk, 6000).status_code == 200
 
     def test_a_rule_may_lift_a_limit_with_null(self, agent, rita):
+        install_rules(
+            "rules: [{name: adjustments, kind: ledger.adjust, then: review, "
+            "edit_bounds: {payload.amount_cents: {min: null, max: original}}}]\n"
+            "kinds: {ledger.adjust: {money: [{amount: payload.amount_cents, currency: USD, "
+            "sign: any}]}}"
+        )
+        action = make_action(agent.agent, kind="ledger.adjust")
+        assert approve_amount(rita, action.pk, -100).status_code == 200
+
+    def test_a_lifted_limit_still_keeps_what_the_kind_declares(self, agent, rita):
         self.use("{min: null, max: original}")
         action = make_action(agent.agent)
-        assert approve_amount(rita, action.pk, -100).status_code == 200
+        refused = approve_amount(rita, action.pk, -100)
+        assert refused.status_code == 422, refused.content
+        assert refused.json()["field"] == f"edits.{AMOUNT}"
+        assert "positive integer in minor units" in refused.json()["detail"]
 
 
 class TestPushBounds:
@@ -147,7 +174,10 @@ class TestPushBounds:
 
     def test_a_bound_on_a_number_without_a_default(self, agent, rita):
         body = push(
-            agent, payload={"qty": 2}, editable=[{"path": "payload.qty", "min": 1, "max": 3}]
+            agent,
+            kind="order.update",
+            payload={"qty": 2},
+            editable=[{"path": "payload.qty", "min": 1, "max": 3}],
         ).json()
         assert approve(rita, body["action_id"], **{"payload.qty": 4}).status_code == 422
         assert approve(rita, body["action_id"], **{"payload.qty": 3}).status_code == 200

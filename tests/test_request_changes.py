@@ -276,7 +276,7 @@ def test_a_reviewers_own_edit_raises_no_mismatch_warning(agent, rita):
     lying = make_action(agent.agent, title="Refund $8.40 on order 10432")
     page = html(browser(rita).get(f"/inbox/actions/{lying.pk}"))
     assert 'id="amount-warning"' in page
-    assert "The agent asked to refund <strong>$84.00 USD</strong>" in page
+    assert "The payload asks to refund <strong>$84.00 USD</strong>" in page
 
 
 def test_a_kind_without_money_reads_as_a_sentence(agent, rita):

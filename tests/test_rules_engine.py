@@ -251,7 +251,7 @@ def test_a_review_verdict_carries_its_settings():
             {
                 "name": "x",
                 "then": "auto_approve",
-                "budget": {"per": "day", "sum": "amount", "max": 5},
+                "budget": {"per": "day", "sum": "dollars", "max": 5},
             },
             "budget.sum",
         ),
@@ -370,10 +370,9 @@ AMOUNT = "payload.amount_cents"
     ("payload", "rule", "push", "expected"),
     [
         ({"amount_cents": 8400}, {}, {}, {"min": 1, "max": "original"}),
-        ({"amount_cents": 0}, {}, {}, {}),
-        ({"amount_cents": -5}, {}, {}, {}),
-        ({"amount_cents": True}, {}, {}, {}),
-        ({"amount_cents": 84.0}, {}, {}, {}),
+        # Money that is zero, negative or not a whole number keeps the default: nothing passes.
+        ({"amount_cents": 0}, {}, {}, {"min": 1, "max": "original"}),
+        ({"amount_cents": "84"}, {}, {}, {"min": 1, "max": "original"}),
         ({"amount_cents": 8400}, {"max": 20000}, {}, {"min": 1, "max": 20000}),
         ({"amount_cents": 8400}, {"min": None}, {}, {"max": "original"}),
         ({"amount_cents": 8400}, {}, {"max": 9000}, {"min": 1, "max": "original"}),
@@ -382,8 +381,21 @@ AMOUNT = "payload.amount_cents"
     ],
 )
 def test_effective_bounds(payload, rule, push, expected):
-    bounds = effective_bounds([AMOUNT], payload, {AMOUNT: rule}, {AMOUNT: push})
+    money = {AMOUNT: "positive"}
+    bounds = effective_bounds([AMOUNT], payload, {AMOUNT: rule}, {AMOUNT: push}, money)
     assert bounds == {AMOUNT: expected}
+
+
+def test_a_field_that_is_not_money_starts_unbounded():
+    assert effective_bounds([AMOUNT], {"amount_cents": 8400}, {}, {}, {}) == {AMOUNT: {}}
+
+
+def test_a_negative_amount_of_a_kind_of_any_sign_may_only_shrink_toward_zero():
+    bounds = effective_bounds([AMOUNT], {"amount_cents": -500}, {}, {}, {AMOUNT: "any"})
+    assert bounds == {AMOUNT: {"min": "original", "max": -1}}
+    assert bound_problem(bounds[AMOUNT], -500, -600)
+    assert bound_problem(bounds[AMOUNT], -500, 0)
+    assert not bound_problem(bounds[AMOUNT], -500, -200)
 
 
 _limit = st.one_of(st.none(), st.integers(-(10**6), 10**6), st.just("original"))
@@ -398,7 +410,8 @@ _limit = st.one_of(st.none(), st.integers(-(10**6), 10**6), st.just("original"))
 @settings(max_examples=300, deadline=None)
 def test_an_agent_never_widens_what_the_rules_allow(original, rule, push, value):
     payload = {"amount_cents": original}
-    without = effective_bounds([AMOUNT], payload, {AMOUNT: rule}, {})[AMOUNT]
-    narrowed = effective_bounds([AMOUNT], payload, {AMOUNT: rule}, {AMOUNT: push})[AMOUNT]
+    money = {AMOUNT: "positive"}
+    without = effective_bounds([AMOUNT], payload, {AMOUNT: rule}, {}, money)[AMOUNT]
+    narrowed = effective_bounds([AMOUNT], payload, {AMOUNT: rule}, {AMOUNT: push}, money)[AMOUNT]
     if bound_problem(without, original, value):
         assert bound_problem(narrowed, original, value)

@@ -113,16 +113,24 @@ def test_backtest_matches_a_hand_computed_history(agent, other_agent, seed_file)
         (agent, 2_000_000, []),  # auto_reject
         (other_agent, 3000, []),  # auto_approve (other agent's own budget)
     ] + [(agent, 5000, [])] * 9  # 8 fit (49,000), the 9th is over the budget: review
+    pushed = []
     for i, (who, amount, flags) in enumerate(history):
         with time_machine.travel(now + timedelta(seconds=i), tick=False):
-            make_action(who.agent, payload={**refund(amount)["payload"]}, flags=flags)
+            pushed.append(make_action(who.agent, payload={**refund(amount)["payload"]}, flags=flags))
     with time_machine.travel(now + timedelta(minutes=5), tick=False):
         output = run("rules", "backtest", str(seed_file), "--since", "1d")
     assert "Replayed 15 action(s)" in output
     assert "auto_approve: 11" in output
     assert "auto_reject:  1" in output
     assert "review:       3 (1 over a budget)" in output
-    assert "total auto-approved (payload.amount_cents): 52000" in output  # 4000+5000+3000+8*5000
+    # 4000+5000+3000+8*5000 cents, in the actions' currency; the one over the budget by name.
+    assert "total auto-approved: $520.00 USD" in output
+    assert f"over a budget: {pushed[-1].pk}" in output
+    with time_machine.travel(now + timedelta(minutes=5), tick=False):
+        by_path = run(
+            "rules", "backtest", str(seed_file), "--since", "1d", "--amount-path", "payload.amount_cents"
+        )
+    assert "total auto-approved (payload.amount_cents): 52000" in by_path
 
 
 def test_backtest_since_excludes_older_actions(agent, seed_file):

@@ -361,8 +361,10 @@ def test_a_service_token_cannot_approve_at_the_limit_but_an_ordinary_token_can(
 
 def test_an_amount_written_as_text_or_nested_still_needs_step_up(agent, rita, step_up):
     _, raw = _service_token("rita")
+    # An undeclared kind: the detector reads nested money and digits as text.
     action = make_action(
         agent.agent,
+        kind="billing.payout",
         payload={"lines": [{"amount_cents": "900000"}], "currency": "USD"},
         editable=[],
     )

@@ -7,7 +7,7 @@ from django.utils import timezone
 from audit import log as audit
 from audit.models import ActorType
 
-from .. import events, stepup
+from .. import events, money, stepup
 from ..errors import (
     ActionNotFound,
     ActionNotPending,
@@ -229,6 +229,7 @@ def _settle(action: Action, by, status: str, new_payload: dict, edits: dict, not
     ).update(
         status=status,
         payload=new_payload,
+        **_amount_columns(action, new_payload),
         edited_by_human=changed,
         decided_by_user=by,
         decided_at=now,
@@ -274,7 +275,9 @@ def _add_approval(
     """A partial approval: the action stays pending, possibly with the edited payload."""
     if new_payload != action.payload:
         Action.objects.filter(pk=action.pk, status=ActionStatus.PENDING).update(
-            payload=new_payload, edited_by_human=new_payload != action.original_payload
+            payload=new_payload,
+            **_amount_columns(action, new_payload),
+            edited_by_human=new_payload != action.original_payload,
         )
         _audit_edit(action, by, edits, new_payload)
     audit.record(
@@ -295,6 +298,12 @@ def _add_approval(
         action.edited_by_human = new_payload != action.original_payload
     events.publish_on_commit(action, "review.approved")
     return action
+
+
+def _amount_columns(action: Action, payload: dict) -> dict:
+    """The amount columns (``Action.amount_minor``, ``amount_currency``) for ``payload``."""
+    minor, currency = money.stored_amount(action, payload)
+    return {"amount_minor": minor, "amount_currency": currency}
 
 
 def _audit_edit(action: Action, by, edits: dict, new_payload: dict) -> None:

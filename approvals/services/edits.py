@@ -6,7 +6,9 @@ import copy
 import math
 
 from rules.bounds import bound_problem, effective_bounds
+from rules.money import ijson_problem, money_problems
 
+from .. import money
 from ..errors import InvalidInput
 from ..models import Action
 from ..schemas import resolve_path
@@ -35,13 +37,25 @@ def apply_edits(action: Action, edits: dict) -> dict:
         problem = bound_problem(edit_bounds(action, path), original, value)
         if problem:
             raise InvalidInput(field, problem)
+        problem = ijson_problem(value, field)
+        if problem:
+            raise InvalidInput(field, problem.partition(": ")[2])
         parent_path, _, leaf = path.rpartition(".")
         _, parent = resolve_path(document, parent_path)
         if isinstance(parent, list):
             parent[int(leaf)] = value
         else:
             parent[leaf] = value
+    if edits:
+        _check_declared(action, document)
     return document["payload"]
+
+
+def _check_declared(action: Action, document: dict) -> None:
+    """An edited payload keeps the money its kind declared at push, as a push must."""
+    specs = money.specs_of(action)
+    for path, problem in money_problems(document, specs or []):
+        raise InvalidInput(f"edits.{path}", problem)
 
 
 def edit_bounds(action: Action, path: str) -> dict:
@@ -52,7 +66,8 @@ def edit_bounds(action: Action, path: str) -> dict:
     bounds = action.edit_bounds or {}
     if path in bounds:
         return bounds[path] or {}
-    return effective_bounds([path], action.original_payload, {}, {})[path]
+    paths = money.money_paths(action, action.original_payload)
+    return effective_bounds([path], action.original_payload, {}, {}, paths)[path]
 
 
 def _json_type(value) -> str:

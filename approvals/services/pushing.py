@@ -14,10 +14,12 @@ from django.utils import timezone
 from audit import log as audit
 from audit.models import ActorType, canonical_json
 from rules import engine as rule_engine
+from rules import kinds as rule_kinds
 from rules import services as rule_services
 from rules.bounds import effective_bounds
+from rules.money import ijson_problem
 
-from .. import events, outbound, outbox, rows
+from .. import events, money, outbound, outbox, rows
 from ..errors import IdempotencyConflict, InvalidInput
 from ..models import Action, ActionStatus, Agent, Notification
 from ..schemas import ActionIn
@@ -26,7 +28,11 @@ from .selectors import _load
 
 
 def push_action(
-    agent: Agent, data: ActionIn, *, idempotency_key: str | None = None
+    agent: Agent,
+    data: ActionIn,
+    *,
+    idempotency_key: str | None = None,
+    money: list[dict] | None = None,
 ) -> tuple[Action, bool]:
     """Create an action routed by the rules (pending, or decided by a rule); returns ``(action, created)``.
 
@@ -34,6 +40,13 @@ def push_action(
     False) when the request is the same, and raises IdempotencyConflict when
     it differs. Concurrent pushes with one key create exactly one action: the
     database's unique constraint decides, the losers read the winner.
+
+    The payload must be I-JSON, and must keep what its kind declares (the
+    rules file's ``kinds:``, the defaults for ``payment.*``, or ``money``: a
+    gateway tool's declaration, ``[{amount: payload.<path>, currency: …}]``,
+    which takes the place of the kind's): its JSON Schema and its amounts.
+    A breach is InvalidInput naming the path. The declaration is fixed on the
+    action, and every money guard reads it from there.
     """
     if idempotency_key and data.idempotency_key and idempotency_key != data.idempotency_key:
         raise InvalidInput("idempotency_key", "differs from the Idempotency-Key header")
@@ -54,9 +67,11 @@ def push_action(
         _check_callback(data.callback_url)
     if data.supersedes:
         check_supersedes(agent, data.supersedes)
+    loaded = rule_services.current_rules()
+    declared = _declaration(loaded, data, money)
     try:
         with _atomic():
-            action = _create(agent, data, key, request_hash)
+            action = _create(agent, data, key, request_hash, loaded, declared)
     except IntegrityError:
         existing = _with_key(agent, key) if key else None
         if existing is not None:  # a concurrent push with the same key won
@@ -110,10 +125,30 @@ def _check_callback(url: str) -> None:
         raise InvalidInput("callback_url", str(exc)) from None
 
 
-def _create(agent: Agent, data: ActionIn, key: str | None, request_hash: str) -> Action:
+def _declaration(loaded, data: ActionIn, override: list[dict] | None):
+    """What the action's kind declares, after checking the payload keeps it (InvalidInput if not)."""
+    problem = ijson_problem(data.payload, "payload")
+    if problem:
+        field, _, message = problem.partition(": ")
+        raise InvalidInput(field, message)
+    if override is not None:
+        declared = rule_kinds.KindSpec(data.kind, rule_kinds.parse_money(override, data.kind))
+    else:
+        declared = loaded.declaration(data.kind)
+    if declared is None:
+        return None
+    problems = rule_kinds.payload_problems(declared, data.payload)
+    if problems:
+        path, message = problems[0]
+        raise InvalidInput(path, f"{message} ({data.kind} declares it)")
+    return declared
+
+
+def _create(
+    agent: Agent, data: ActionIn, key: str | None, request_hash: str, loaded, declared
+) -> Action:
     """Insert the action as the rules route it: pending for review, or decided by a rule."""
     now = timezone.now()
-    loaded = rule_services.current_rules()
     view = {
         "kind": data.kind,
         "agent": agent.name,
@@ -121,6 +156,10 @@ def _create(agent: Agent, data: ActionIn, key: str | None, request_hash: str) ->
         "payload": data.payload,
         "flags": data.flags,
         "context": data.context,
+        # What budgets of ``sum: amount`` read (rules.money): the declaration, or None.
+        "money": [m.as_dict() for m in declared.money]
+        if declared is not None and declared.money is not None
+        else None,
     }
     verdict, group = _routed_group(
         _within_budget(rule_engine.evaluate(loaded.rules, view), view, now)
@@ -156,9 +195,9 @@ def _create(agent: Agent, data: ActionIn, key: str | None, request_hash: str) ->
         rule_name=verdict.rule or "",
         rule_version=loaded.version,
         rule_trace=verdict.trace,
-        edit_bounds=effective_bounds(
-            data.editable_paths(), data.payload, verdict.edit_bounds, data.push_bounds()
-        ),
+        money=[m.as_dict() for m in declared.money]
+        if declared is not None and declared.money is not None
+        else None,
         escalate_at=now + timedelta(seconds=verdict.escalate_after_s)
         if verdict.escalate_after_s
         else None,
@@ -166,6 +205,14 @@ def _create(agent: Agent, data: ActionIn, key: str | None, request_hash: str) ->
         callback_url=data.callback_url or "",
         supersedes_id=data.supersedes or None,
     )
+    action.edit_bounds = effective_bounds(
+        action.editable,
+        data.payload,
+        verdict.edit_bounds,
+        data.push_bounds(),
+        money.money_paths(action),
+    )
+    action.amount_minor, action.amount_currency = money.stored_amount(action)
     rows.insert(action)  # save(force_insert=True) without compiling the ORM's INSERT
     _audit_push(action, verdict, loaded.version)
     if action.status == ActionStatus.PENDING:

@@ -71,7 +71,7 @@ def query_with(request, **changes) -> str:
 
 @register.filter
 def payload_money(action) -> presenters.Money | None:
-    return presenters.payload_money(action.payload)
+    return presenters.action_money.primary(action)
 
 
 @register.filter

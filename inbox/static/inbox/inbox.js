@@ -290,7 +290,8 @@
   // Approve button ("Approve $50.00 USD") when the input is the payload's amount.
   function showMoney(input) {
     const output = document.querySelector('output[data-money-for="' + CSS.escape(input.id) + '"]');
-    if (!output || !/_cents$/.test(input.name) || !output.dataset.currency) return;
+    // The server renders the output only beside an amount the action declares (or Impri detects).
+    if (!output || !output.dataset.currency) return;
     const button = document.querySelector('.approve-amount[data-money-for="' + CSS.escape(input.id) + '"]');
     const minor = Number(input.value);
     if (input.value === "" || !/^-?[0-9]+$/.test(input.value.trim()) || !Number.isSafeInteger(minor)) {

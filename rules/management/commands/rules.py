@@ -42,7 +42,12 @@ class Command(BaseCommand):
             default="30d",
             help="How far back: 30d, 12h, 90m (default 30d); 'all' for everything.",
         )
-        back.add_argument("--amount-path", default="payload.amount_cents")
+        back.add_argument(
+            "--amount-path",
+            default=None,
+            help="Add up this payload path instead of the actions' amounts (as declared by "
+            "their kinds, in their currencies).",
+        )
 
     def handle(self, *args, subcommand: str, **options):
         if subcommand == "export":
@@ -51,26 +56,28 @@ class Command(BaseCommand):
         if subcommand == "show":
             self._show(options["rules_version"], options["diff"])
             return
-        rules = self._load(options["file"])
+        loaded = self._load(options["file"])
+        rules = loaded.rules
         if subcommand == "import":
             try:
                 version = services.replace_rules(
-                    rules, by="cli", create_groups=options["create_groups"]
+                    loaded, by="cli", create_groups=options["create_groups"]
                 )
             except engine.RuleError as exc:
                 raise CommandError(f"{options['file']}: {exc}") from None
+            kinds = f" and {len(loaded.kinds)} kind(s)" if loaded.kinds else ""
             self.stdout.write(
-                f"Imported {len(rules)} rule(s); the rule set is now version {version}."
+                f"Imported {len(rules)} rule(s){kinds}; the rule set is now version {version}."
             )
         elif subcommand == "test":
-            self.stdout.write(dry_run(rules, self._action(options["action"])))
+            self.stdout.write(dry_run(rules, self._action(options["action"]), loaded.kinds))
         else:
             try:
                 since = parse_since(options["since"])
             except ValueError as exc:
                 raise CommandError(f"--since: {exc}") from None
             path = options["amount_path"]
-            report = backtest(rules, past_actions(since), since, path)
+            report = backtest(rules, past_actions(since), since, path, loaded.kinds)
             self.stdout.write(report.as_text(path))
 
     def _show(self, version: int | None, diff: bool):
@@ -89,13 +96,13 @@ class Command(BaseCommand):
         )
         self.stdout.write(stored.diff if diff else stored.yaml, ending="")
 
-    def _load(self, path: str) -> list[engine.Rule]:
+    def _load(self, path: str) -> services.RuleFile:
         try:
             text = Path(path).read_text()
         except OSError as exc:
             raise CommandError(f"cannot read {path}: {exc.strerror}") from None
         try:
-            return services.parse_yaml(text)
+            return services.parse_file(text)
         except engine.RuleError as exc:
             raise CommandError(f"{path}: {exc}") from None
 

@@ -1,0 +1,150 @@
+"""Kinds: what an action of a kind must look like, and where its money is.
+
+The rules file's top-level ``kinds:`` section, parsed and checked here (pure,
+like the engine)::
+
+    kinds:
+      psp.refund:
+        schema: {type: object, required: [charge, amount, currency]}   # JSON Schema for payload
+        money:
+          - amount: payload.amount        # a dotted path into the action
+            currency: payload.currency    # a path, or a fixed ISO 4217 code such as "USD"
+            minor_units: true             # the amount is in minor units (default true)
+            sign: positive                # positive (default) | any
+
+``payment.refund`` and ``payment.charge`` are declared by default
+(``payload.amount_cents`` in minor units of ``payload.currency``, positive); a
+rules file may redeclare them. See docs/rules.md.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+
+from .engine import RuleError
+from .money import MoneySpec, money_problems, money_spec_problem
+
+KIND_KEYS = {"schema", "money"}
+KIND_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+
+
+class KindError(RuleError):
+    """A malformed ``kinds:`` entry: the message names the kind and the bad part."""
+
+    def __init__(self, kind: str, where: str, problem: str):
+        ValueError.__init__(
+            self, f"kinds: {kind}" + (f".{where}" if where else "") + f": {problem}"
+        )
+        self.rule = "kinds"
+        self.where = f"{kind}.{where}" if where else kind
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    """A kind's declaration. ``money`` None: declares none (the detector reads the payload);
+    ``()``: declares that the kind moves no money."""
+
+    name: str
+    money: tuple[MoneySpec, ...] | None = None
+    schema: dict | None = None
+
+    def as_dict(self) -> dict:
+        out: dict[str, Any] = {}
+        if self.schema is not None:
+            out["schema"] = self.schema
+        if self.money is not None:
+            out["money"] = [spec.as_dict() for spec in self.money]
+        return out
+
+
+_DEFAULT_MONEY = (MoneySpec("payload.amount_cents", "payload.currency"),)
+DEFAULT_KINDS = {
+    name: KindSpec(name, _DEFAULT_MONEY) for name in ("payment.refund", "payment.charge")
+}
+
+
+def parse_kinds(raw: Any) -> dict[str, KindSpec]:
+    """The ``kinds:`` section as given (without the defaults); KindError names the bad part."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise KindError("(section)", "", "must map kind names to {schema, money}")
+    return {name: parse_kind(name, spec) for name, spec in raw.items()}
+
+
+def parse_kind(name: Any, raw: Any) -> KindSpec:
+    if not isinstance(name, str) or not KIND_NAME.fullmatch(name):
+        raise KindError(
+            str(name), "", "a kind is letters, digits, '.', '_' and '-' (e.g. psp.refund)"
+        )
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise KindError(name, "", "must be a mapping with schema and/or money")
+    unknown = sorted(set(raw) - KIND_KEYS)
+    if unknown:
+        raise KindError(name, unknown[0], "unknown key (allowed: schema, money)")
+    schema = raw.get("schema")
+    if schema is not None:
+        _check_schema(name, schema)
+    return KindSpec(name, parse_money(raw.get("money"), name), schema)
+
+
+def parse_money(raw: Any, kind: str, root: str = "payload") -> tuple[MoneySpec, ...] | None:
+    """A ``money:`` list (a kind's, or a gateway tool's with ``root`` its arguments)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise KindError(kind, "money", "must be a list of {amount, currency}")
+    specs = []
+    for index, item in enumerate(raw):
+        problem = money_spec_problem(item, root)
+        if problem:
+            where, message = problem
+            raise KindError(kind, f"money[{index}]" + (f".{where}" if where else ""), message)
+        specs.append(MoneySpec.from_dict(item))
+    return tuple(specs)
+
+
+def _check_schema(kind: str, schema: Any) -> None:
+    if not isinstance(schema, dict):
+        raise KindError(kind, "schema", "must be a JSON Schema object, e.g. {type: object}")
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        where = ".".join(str(p) for p in exc.path)
+        raise KindError(kind, "schema" + (f".{where}" if where else ""), exc.message) from None
+
+
+def declaration(kinds: dict[str, KindSpec], kind: str) -> KindSpec | None:
+    """What ``kind`` declares: the rules file's entry, else the default, else None."""
+    return kinds.get(kind) or DEFAULT_KINDS.get(kind)
+
+
+def all_declared(kinds: dict[str, KindSpec]) -> dict[str, KindSpec]:
+    return {**DEFAULT_KINDS, **kinds}
+
+
+def payload_problems(spec: KindSpec, payload: Any) -> list[tuple[str, str]]:
+    """Where ``payload`` breaks the kind's schema and its money: ``[(path, problem)]``."""
+    out = []
+    if spec.schema is not None:
+        validator = jsonschema.validators.validator_for(spec.schema)(spec.schema)
+        for error in sorted(validator.iter_errors(payload), key=lambda e: list(e.absolute_path)):
+            out.append((_error_path(error), error.message))
+    if isinstance(payload, dict) and spec.money:
+        out += money_problems({"payload": payload}, list(spec.money))
+    return out
+
+
+def _error_path(error: jsonschema.ValidationError) -> str:
+    path = ".".join(["payload", *(str(p) for p in error.absolute_path)])
+    if error.validator == "required" and isinstance(error.instance, dict):
+        missing = [name for name in error.validator_value if name not in error.instance]
+        if missing:
+            return f"{path}.{missing[0]}"
+    return path
