@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from approvals.money import Money
+
 from .dashboard import OUTCOMES, Day
 
 WIDTH = 720
@@ -141,8 +143,9 @@ def decision_lines(days: list[Day]) -> dict:
     }
 
 
-def money(cents: int, currency: str) -> str:
-    return f"{cents / 100:,.2f} {currency}".strip()
+def money(minor: int, currency: str) -> str:
+    """An amount as the inbox writes every amount: ``$204.00 USD``, ``¥1,200 JPY`` (approvals.money)."""
+    return str(Money(minor, currency))
 
 
 BAR_HEIGHT = 22

@@ -14,8 +14,9 @@ Definitions (docs/inbox.md):
   sweep), cancelled, or pending;
 * time to decision: push → decision, for actions a person decided; median
   and p90 by the nearest-rank method;
-* refunded: the approved ``payload.amount_cents`` of ``payment.refund``
-  actions the agent reported ``executed``, by currency, and by the rule that
+* refunded: the approved amount (as the kind declares it: ``approvals.money``)
+  of actions whose kind ends in ``refund`` (``payment.refund``, ``psp.refund``)
+  that the agent reported ``executed``, by currency, and by the rule that
   routed it, the agent, and who approved it (a reviewer, or ``rule: <name>``);
 * stale: approved actions flagged because no result came within
   ``IMPRI_REPORT_DEADLINE_S`` and still without one.
@@ -30,22 +31,19 @@ from datetime import UTC as utc
 from datetime import date, datetime, time, timedelta
 
 from django.db.models import (
-    BigIntegerField,
-    BooleanField,
     CharField,
     Count,
+    F,
     FloatField,
     Func,
     Q,
     Sum,
 )
-from django.db.models.fields.json import KT
-from django.db.models.functions import Cast
 from django.utils import timezone
 
 from approvals.models import Action, ActionStatus
 
-REFUND_KIND = "payment.refund"
+REFUND_SUFFIX = "refund"  # payment.refund, psp.refund, mcp.stripe.create_refund
 OUTCOMES = ("approved", "rejected", "changes_requested", "expired", "cancelled", "pending")
 MAX_DAYS = 366
 STALE_SHOWN = 20
@@ -185,22 +183,6 @@ class SecondsBetween(Func):
         return f"EXTRACT(EPOCH FROM ({end} - {start}))::float8", params
 
 
-class WholeCents(Func):
-    """True when a payload value read as text is a whole number of cents: 1 to 15 digits."""
-
-    output_field = BooleanField()
-    arity = 1
-
-    def as_sqlite(self, compiler, connection, **extra):
-        value, params = compiler.compile(self.get_source_expressions()[0])
-        sql = f"({value} != '' AND length({value}) <= 15 AND {value} NOT GLOB '*[^0-9]*')"
-        return sql, [*params, *params, *params]
-
-    def as_postgresql(self, compiler, connection, **extra):
-        value, params = compiler.compile(self.get_source_expressions()[0])
-        return f"({value} ~ '^[0-9]{{1,15}}$')", params
-
-
 def figures(since: date, until: date, now: datetime | None = None) -> Figures:
     """Every figure of the dashboard for actions pushed from ``since`` to ``until`` (UTC days).
 
@@ -274,17 +256,15 @@ def _refunds(in_range, days: dict[date, Day]) -> dict[str, dict[tuple[str, str],
     """Executed refunds summed in SQL: per day and currency, then per rule, agent and approver.
 
     Two small GROUP BYs rather than one over every column, whose groups would
-    be nearly as many as the refunds. Only whole, non-negative cents count:
-    the amount is read as text from the payload and must be digits, so the
-    cast to an integer can't fail.
+    be nearly as many as the refunds. The amount is the one every money guard
+    reads (``Action.amount_minor``: the kind's declared amount, e.g. a
+    ``psp.refund``'s ``payload.amount``, or what the detector found), kept
+    in step with the approved payload; only amounts above zero count.
     """
-    refunds = (
-        in_range.filter(kind=REFUND_KIND, status=ActionStatus.EXECUTED)
-        .annotate(amount=KT("payload__amount_cents"), currency=KT("payload__currency"))
-        .annotate(whole=WholeCents("amount"))
-        .filter(whole=True)
-    )
-    total = {"cents": Sum(Cast("amount", BigIntegerField())), "n": Count("pk")}
+    refunds = in_range.filter(
+        kind__endswith=REFUND_SUFFIX, status=ActionStatus.EXECUTED, amount_minor__gt=0
+    ).annotate(currency=F("amount_currency"))
+    total = {"cents": Sum("amount_minor"), "n": Count("pk")}
     for day, currency, cents, _ in refunds.values_list(UtcDay("created_at"), "currency").annotate(
         **total
     ):

@@ -60,7 +60,7 @@ rules:
 def install_rules(text: str = SEED_RULES) -> int:
     from rules import services as rule_services
 
-    return rule_services.replace_rules(rule_services.parse_yaml(text), by="cli", create_groups=True)
+    return rule_services.replace_rules(rule_services.parse_file(text), by="cli", create_groups=True)
 
 
 def refund(amount_cents: int, **overrides) -> dict:

@@ -41,7 +41,7 @@ def _raw(body: str, old: str, new: str) -> str:
     return body.replace(old, new, 1)
 
 
-BASE = _body(context={"slot": "S"}, payload={"amount_cents": 8400, "slot": "P"})
+BASE = _body(context={"slot": "S"}, payload={"amount_cents": 8400, "currency": "USD", "slot": "P"})
 # Each case: the raw JSON text of a push (what a hostile agent writes, byte for byte).
 PUSH_CASES: dict[str, str] = {
     "payload nested 65 deep": _raw(BASE, '"P"', _deep(65)),
@@ -74,8 +74,10 @@ PUSH_CASES: dict[str, str] = {
     "emoji pair and combining marks": _raw(BASE, '"S"', '"\\ud83d\\ude00 Z\\u0351\\u0334a\\u0310"'),
     "64 levels exactly": _raw(BASE, '"P"', _deep(63)),
     "largest safe integer": _raw(BASE, '"P"', str(2**53 - 1)),
-    # Stored exactly and hashed exactly (issue 11): 2**63 and 1e20 are ordinary numbers here.
+    # A payload is I-JSON (issue 28): beyond 2^53 - 1 no JCS library hashes it alike.
     "2**63 in the amount": _raw(BASE, "8400", str(2**63)),
+    "2**53 + 1 in the payload": _raw(BASE, '"P"', str(2**53 + 1)),
+    # Context keeps exact numbers and hashes them exactly (issue 11).
     "1e20 in context": _raw(BASE, '"S"', "1e20"),
     "script in the markdown preview": _raw(
         BASE, '"Customer', '"<script>alert(1)</script>[x](javascript:alert(1)) Customer'
@@ -87,7 +89,6 @@ STORED_CASES = {
     "emoji pair and combining marks",
     "64 levels exactly",
     "largest safe integer",
-    "2**63 in the amount",
     "1e20 in context",
     "script in the markdown preview",
 }

@@ -145,9 +145,9 @@ def filtered(qs: QuerySet[Action], f: Filters, user, now: datetime | None = None
         if younger:
             qs = qs.filter(created_at__gt=now - younger)
     if f.amount_min is not None:
-        qs = qs.filter(payload__amount_cents__gte=f.amount_min)
+        qs = qs.filter(amount_minor__gte=f.amount_min)
     if f.amount_max is not None:
-        qs = qs.filter(payload__amount_cents__lte=f.amount_max)
+        qs = qs.filter(amount_minor__lte=f.amount_max)
     if f.status:
         qs = qs.with_effective_status(f.status, now)
     if f.mine:
