@@ -83,8 +83,9 @@ async def impri_push_action(
         Field(
             description="Dotted paths under payload. a reviewer may change before approving, "
             "e.g. [payload.amount_cents]. An entry may be {path, min, max} to narrow what a "
-            "reviewer may approve (a money field ending in _cents already defaults to "
-            "0 < value <= what you asked; you can narrow, never widen)."
+            "reviewer may approve (an amount of the action, e.g. payment.refund's "
+            "amount_cents, already defaults to 0 < value <= what you asked; you can narrow, "
+            "never widen)."
         ),
     ] = None,
     flags: Annotated[
