@@ -105,7 +105,7 @@ def _seed(url: str, agent_key: str, reviewer_key: str) -> None:
         "kind": "payment.refund",
         "title": "Refund $84.00 on order 10432",
         "preview": {"format": "plain", "body": "Refund 84"},
-        "payload": {"order_id": "10432", "amount_cents": 8400},
+        "payload": {"order_id": "10432", "amount_cents": 8400, "currency": "USD"},
         "editable": ["payload.amount_cents"],
     }
     for _ in range(3):

@@ -14,8 +14,11 @@ beyond 2^53 would be rounded (the ``rfc8785`` package refuses them instead, and
 10^21 in magnitude are written exactly (an amount is never rounded); from 10^21
 on, an integer takes the form of the nearest double, because ``jsonb`` hands a
 float such as ``1.5e300`` back as a 301-digit integer and both must hash alike.
-For every payload of ordinary numbers this is byte for byte RFC 8785, so an
-executor in any language can recompute ``payload_sha256`` with a JCS library.
+A payload's numbers are I-JSON (``rules.money.ijson_problem`` refuses an
+integer beyond ±(2^53 − 1) at push and edit), so for every payload this is byte
+for byte RFC 8785: an executor in any language recomputes ``payload_sha256``
+with a JCS library (``tests/test_money_kinds.py`` holds it to the ``rfc8785``
+package). The extension serves context, results and audit data.
 The Python client (``clients/python``, ``impri_client.canonical``) carries the
 same encoding; ``tests/test_client_canonical.py`` holds the two together.
 

@@ -66,6 +66,8 @@ def fill(decided: int, days: int) -> None:
             preview_body="Customer reports a damaged item.",
             payload=payload,
             original_payload=payload,
+            amount_minor=cents,  # what a push computes (approvals.money)
+            amount_currency=payload["currency"],
             request_hash="0" * 64,
             created_at=created,
             expires_at=created + timedelta(days=1),

@@ -64,6 +64,8 @@ def fill(pending: int, decided: int) -> None:
             preview_body="Customer reports a damaged item.",
             payload=payload,
             original_payload=payload,
+            amount_minor=cents,  # what a push computes (approvals.money)
+            amount_currency="USD",
             context={"customer_message": "It arrived broken."},
             editable=["payload.amount_cents"],
             request_hash="0" * 64,

@@ -83,7 +83,7 @@ def refund(i: int) -> dict:
         "kind": "payment.refund",
         "title": f"Refund on order {10_000 + i}",
         "preview": {"format": "plain", "body": "x"},
-        "payload": {"order_id": str(10_000 + i), "amount_cents": 8400},
+        "payload": {"order_id": str(10_000 + i), "amount_cents": 8400, "currency": "USD"},
         "editable": ["payload.amount_cents"],
     }
 
