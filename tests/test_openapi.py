@@ -51,7 +51,9 @@ def test_agent_json_is_free_form_and_its_bounds_are_described(doc):
     payload = _body(doc, "/api/v1/actions")["properties"]["payload"]
     assert payload["type"] == "object"
     assert payload["additionalProperties"] is True
-    assert "10^21" in payload["description"]
+    assert "2^53" in payload["description"]
+    context = _body(doc, "/api/v1/actions")["properties"]["context"]
+    assert "10^21" in context["description"]
 
 
 def test_every_cursor_of_the_documented_shape_is_accepted(agent, doc):

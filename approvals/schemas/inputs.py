@@ -18,6 +18,7 @@ from .validation import (
     JSON_RULES,
     KIND_RE,
     NO_NUL,
+    PAYLOAD_JSON_RULES,
     JsonObject,
     PreviewFormatLiteral,
     RejectReasonLiteral,
@@ -81,7 +82,8 @@ class ActionIn(StrictModel):
     )
     preview: PreviewIn
     payload: JsonObject = Field(
-        description="The exact thing to execute once approved (a JSON object). " + JSON_RULES
+        description="The exact thing to execute once approved (a JSON object). "
+        + PAYLOAD_JSON_RULES
     )
     target_url: str | None = Field(
         default=None,
@@ -239,7 +241,7 @@ class DecisionIn(StrictModel):
                 "propertyNames": {"pattern": EDIT_PATH},
                 "description": 'Editable paths to change, e.g. {"payload.amount_cents": 5000}; '
                 "each must be listed in the action's `editable` and keep the original's JSON "
-                "type. " + JSON_RULES,
+                "type. " + PAYLOAD_JSON_RULES,
             }
         ),
     ] = Field(default_factory=dict)

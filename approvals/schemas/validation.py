@@ -82,6 +82,11 @@ JSON_RULES = (
     "Free-form JSON: text without NUL, numbers below 10^21 in magnitude, "
     f"nested at most {MAX_JSON_DEPTH} deep (else 422 naming the field)."
 )
+# The payload (and an edit of it) is I-JSON besides (rules.money.ijson_problem, in the service).
+PAYLOAD_JSON_RULES = (
+    "Free-form I-JSON: text without NUL, numbers within ±(2^53 − 1), "
+    f"nested at most {MAX_JSON_DEPTH} deep (else 422 naming the path)."
+)
 JSON_OBJECT_SCHEMA = {
     "type": "object",
     "additionalProperties": True,

@@ -3,9 +3,8 @@
  * the `payload_sha256` a decision and its grant name. Byte for byte the server's encoding
  * (approvals.services.payload_sha256; the Python client's impri_client.canonical).
  *
- * JavaScript numbers are doubles: an integer beyond 2^53 has already been rounded by
- * JSON.parse before it gets here, so such a payload hashes differently from the server's
- * exact integer. Send large amounts and ids as strings.
+ * JavaScript numbers are doubles, and Impri's payloads are I-JSON (numbers within
+ * ±(2^53 − 1), refused beyond), so every payload Impri returns hashes here as on the server.
  */
 
 export function canonicalJson(value: unknown): string {
