@@ -110,7 +110,9 @@ def test_gated_runs_with_the_edited_amount_and_reports_what_it_returned(impri, r
 def test_changes_requested_raises_with_the_message_and_the_fix_supersedes_it(impri, rita):
     calls = []
     gate = gated(impri, kind="payment.refund", title="Refund order 5003")
-    run = in_thread(gate(calls.append), {"order_id": "5003", "amount_cents": 9000})
+    run = in_thread(
+        gate(calls.append), {"order_id": "5003", "amount_cents": 9000, "currency": "USD"}
+    )
     action = rita.pending_titled("Refund order 5003")
     answer = rita.http.post(
         f"/actions/{action['action_id']}/request-changes", json={"note": "only the mug: 1200"}
@@ -128,7 +130,7 @@ def test_changes_requested_raises_with_the_message_and_the_fix_supersedes_it(imp
         kind="payment.refund",
         title="Refund order 5003 (mug only)",
         preview="Refund the mug only.",
-        payload={"order_id": "5003", "amount_cents": 1200},
+        payload={"order_id": "5003", "amount_cents": 1200, "currency": "USD"},
         supersedes=error.action_id,
     )
     assert impri.get(fixed.action_id).status == "pending"
@@ -138,7 +140,9 @@ def test_changes_requested_raises_with_the_message_and_the_fix_supersedes_it(imp
 def test_a_rejection_raises_with_the_note_and_runs_nothing(impri, rita):
     calls = []
     gate = gated(impri, kind="payment.refund", title="Refund order 5002")
-    run = in_thread(gate(calls.append), {"order_id": "5002", "amount_cents": 90000})
+    run = in_thread(
+        gate(calls.append), {"order_id": "5002", "amount_cents": 90000, "currency": "USD"}
+    )
     action = rita.pending_titled("Refund order 5002")
     rita.reject(action["action_id"], note="over the goodwill limit")
 
@@ -161,21 +165,21 @@ def test_a_replayed_idempotency_key_never_runs_the_function_twice(impri, rita):
         calls.append(payload)
         return "re_5011"
 
-    run = in_thread(refund, {"order_id": "5011", "amount_cents": 300})
+    run = in_thread(refund, {"order_id": "5011", "amount_cents": 300, "currency": "USD"})
     rita.approve(rita.pending_titled("Refund order 5011")["action_id"])
     assert finished(run)["value"] == "re_5011"
 
     with pytest.raises(AlreadySettled) as again:  # an agent retrying the whole step
-        refund({"order_id": "5011", "amount_cents": 300})
+        refund({"order_id": "5011", "amount_cents": 300, "currency": "USD"})
     assert again.value.status == "executed"
-    assert calls == [{"order_id": "5011", "amount_cents": 300}]
+    assert calls == [{"order_id": "5011", "amount_cents": 300, "currency": "USD"}]
 
 
 def test_an_expired_action_raises_and_runs_nothing(impri):
     calls = []
     gate = gated(impri, kind="payment.refund", title="Refund order 5012", expires_in_s=1)
     with pytest.raises(ActionExpired) as expired:
-        gate(calls.append)({"order_id": "5012", "amount_cents": 100})
+        gate(calls.append)({"order_id": "5012", "amount_cents": 100, "currency": "USD"})
     assert expired.value.status == "expired" and "expired" in str(expired.value)
     assert calls == []
     [listed], _ = impri.list_actions(status="expired", kind="payment.refund")
@@ -185,7 +189,7 @@ def test_an_expired_action_raises_and_runs_nothing(impri):
 def test_a_failing_block_reports_failed_and_reraises(impri, rita):
     def run_block():
         with gated(
-            impri, kind="payment.refund", title="Refund order 5003", payload={"order_id": "5003"}
+            impri, kind="order.note", title="Refund order 5003", payload={"order_id": "5003"}
         ) as gate:
             assert gate.payload == {"order_id": "5003"}
             raise RuntimeError("card expired")
@@ -226,7 +230,7 @@ def test_await_decision_returns_pending_at_its_own_deadline(impri):
     decision = impri.await_decision(action.action_id, timeout_s=1)
     assert decision.pending and not decision.approved
 
-    block = gated(impri, kind="payment.refund", title="t", payload={"a": 1}, timeout_s=0.5)
+    block = gated(impri, kind="order.note", title="t", payload={"a": 1}, timeout_s=0.5)
     with pytest.raises(DecisionTimeout), block:
         raise AssertionError("the block must not run")
 
@@ -264,7 +268,9 @@ def test_cancel_and_idempotent_push(impri):
     again = impri.push(**body)
     assert again.action_id == first.action_id
     with pytest.raises(Conflict):
-        impri.push(**{**body, "payload": {"order_id": "5007", "amount_cents": 1}})
+        impri.push(
+            **{**body, "payload": {"order_id": "5007", "amount_cents": 1, "currency": "USD"}}
+        )
 
     cancelled = impri.cancel(first.action_id, reason="customer withdrew")
     assert cancelled.status == "cancelled"
@@ -280,7 +286,9 @@ async def test_async_client_and_async_gated(live, rita):
 
         import asyncio
 
-        task = asyncio.create_task(refund({"order_id": "5008", "amount_cents": 700}))
+        task = asyncio.create_task(
+            refund({"order_id": "5008", "amount_cents": 700, "currency": "USD"})
+        )
         action = await asyncio.to_thread(rita.pending_titled, "Refund order 5008")
         await asyncio.to_thread(rita.approve, action["action_id"])
         assert await asyncio.wait_for(task, 60) == "refunded 700"
