@@ -210,8 +210,7 @@ class Action(models.Model):
     rule_version = models.PositiveIntegerField(null=True, blank=True)
     rule_trace = models.JSONField(default=list, blank=True)
     edit_bounds = models.JSONField(default=dict, blank=True)
-    # The kind's money declaration fixed at push (null: the detector reads it), and the amount
-    # the guards hold in minor units (approvals.money), kept in step with the payload.
+    # Money as fixed at push (null: the detector reads it) and the guarded amount (approvals.money).
     money = models.JSONField(null=True, blank=True)
     amount_minor = models.BigIntegerField(null=True, blank=True, db_index=True)
     amount_currency = models.CharField(max_length=3, blank=True)

@@ -315,7 +315,8 @@ def test_two_pushes_replacing_one_action_at_once_give_one_successor(agent, rita)
     def push(order: str):
         def call():
             body = refund_body(
-                supersedes=target.pk, payload={"order_id": order, "amount_cents": 500}
+                supersedes=target.pk,
+                payload={"order_id": order, "amount_cents": 500, "currency": "USD"},
             )
             try:
                 return services.push_action(agent.agent, ActionIn(**body))[0].pk
