@@ -534,3 +534,71 @@ def test_money_reads_one_way_everywhere():
     assert str(action_money.Money(20400, "USD")) == "$204.00 USD"
     assert str(action_money.Money(-500, "USD")) == "-$5.00 USD"
     assert str(action_money.Money(1200, "JPY")) == "¥1,200 JPY"
+
+
+# --- The CLI and the admin's YAML editor --------------------------------------------------------
+
+
+def _run(*args) -> str:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command(*args, stdout=out)
+    return out.getvalue()
+
+
+def test_rules_test_prints_the_amounts_in_their_currency_and_a_refusal(tmp_path, db):
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(DECLARED_RULES)
+    action = tmp_path / "action.json"
+    action.write_text(json.dumps({"kind": "psp.refund", "payload": psp(8400)}))
+    assert "amounts: payload.amount = $84.00 USD (declared by psp.refund)" in _run(
+        "rules", "test", str(rules_file), "--action", str(action)
+    )
+    action.write_text(
+        json.dumps({"kind": "psp.refund", "payload": {"amount": -5, "currency": "USD"}})
+    )
+    output = _run("rules", "test", str(rules_file), "--action", str(action))
+    assert "refused at push: payload.charge:" in output
+    action.write_text(json.dumps({"kind": "billing.refund", "payload": {"amountCents": "1,5 €"}}))
+    output = _run("rules", "test", str(rules_file), "--action", str(action))
+    assert "payload.amountCents is the text" in output and "(found by the detector)" in output
+
+
+def test_rules_import_takes_the_kinds_and_export_gives_them_back(tmp_path, db):
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(DECLARED_RULES)
+    assert "and 1 kind(s)" in _run("rules", "import", str(rules_file))
+    assert "psp.refund" in _run("rules", "export")
+
+
+def test_the_admin_yaml_editor_previews_and_saves_kinds(db):
+    from django.contrib.auth.models import User
+
+    from rules import services as rule_services
+    from rules.models import RuleSet
+
+    olivia = User.objects.create_superuser("olivia", "o@example.com", "olivia-password-1")
+    client = Client()
+    client.force_login(olivia)
+    install_rules("rules: []")
+    version = RuleSet.objects.get().version
+    preview = client.post("/admin/rules/rule/yaml/", {"rules_yaml": DECLARED_RULES, "preview": "1"})
+    html = preview.content.decode()
+    assert "declarations change" in html and "+kinds:" in html
+    saved = client.post(
+        "/admin/rules/rule/yaml/",
+        {"rules_yaml": DECLARED_RULES, "save": "1", "previewed_version": str(version)},
+    )
+    assert saved.status_code == 302
+    assert "psp.refund" in rule_services.current_rules().kinds
+    bad = client.post(
+        "/admin/rules/rule/yaml/",
+        {
+            "rules_yaml": "kinds: {psp.refund: {money: [{amount: x, currency: USD}]}}",
+            "preview": "1",
+        },
+    )
+    assert "kinds: psp.refund.money[0].amount" in bad.content.decode()
