@@ -1,13 +1,21 @@
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
 
+from audit.models import ActorType
 from impri.admin_site import ReadOnlyAdminMixin
 
-from .models import GatedCall, ToolPolicy, Upstream
+from . import pins
+from .models import GatedCall, PinnedTool, ToolPolicy, Upstream
 
 
 class ToolPolicyInline(admin.TabularInline):
     model = ToolPolicy
-    fields = ("tool", "policy", "editable", "title", "redact")
+    fields = ("tool", "policy", "editable", "title", "redact", "money")
     extra = 1
 
 
@@ -15,7 +23,7 @@ class ToolPolicyInline(admin.TabularInline):
 class UpstreamAdmin(admin.ModelAdmin):
     list_display = ("name", "target", "default_policy", "enabled", "last_checked_at", "last_error")
     search_fields = ("name", "url")
-    readonly_fields = ("tools_refreshed_at", "last_checked_at", "last_error")
+    readonly_fields = ("pinned_at", "tools_refreshed_at", "last_checked_at", "last_error")
     inlines = [ToolPolicyInline]
     fieldsets = (
         (None, {"fields": ("name", "enabled", "default_policy")}),
@@ -23,8 +31,110 @@ class UpstreamAdmin(admin.ModelAdmin):
             "Upstream (a URL or a command; write secrets as ${VAR}, read from the environment)",
             {"fields": ("url", "headers", "command", "env")},
         ),
-        ("State", {"fields": ("tools_refreshed_at", "last_checked_at", "last_error")}),
+        (
+            "State",
+            {"fields": ("pinned_at", "tools_refreshed_at", "last_checked_at", "last_error")},
+        ),
     )
+
+
+class HeldFilter(admin.SimpleListFilter):
+    title = "changed upstream"
+    parameter_name = "held"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "held for review"), ("no", "as pinned")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.exclude(pending_sha256="")
+        if self.value() == "no":
+            return queryset.filter(pending_sha256="")
+        return queryset
+
+
+@admin.register(PinnedTool)
+class PinnedToolAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Pinned definitions; a held change is reviewed beside its diff and accepted with a button."""
+
+    list_display = ("tool", "upstream", "state", "pinned", "pinned_by", "pending_since")
+    list_filter = (HeldFilter, "upstream")
+    search_fields = ("tool",)
+    fields = (
+        "upstream",
+        "tool",
+        "sha256",
+        "pinned_at",
+        "pinned_by",
+        "pending_sha256",
+        "pending_since",
+        "review",
+        "definition",
+    )
+    readonly_fields = fields
+
+    @admin.display(description="state")
+    def state(self, obj: PinnedTool) -> str:
+        if not obj.held:
+            return "pinned"
+        return "CHANGED upstream: held" if obj.sha256 else "NEW upstream: held"
+
+    @admin.display(description="pinned sha256")
+    def pinned(self, obj: PinnedTool) -> str:
+        return obj.sha256[:12] or "-"
+
+    @admin.display(description="held change")
+    def review(self, obj: PinnedTool) -> str:
+        if not obj.held:
+            return "-"
+        url = reverse("admin:gateway_pinnedtool_accept", args=[obj.pk])
+        return format_html(
+            '<pre class="impri-diff">{}</pre><a class="button" href="{}">Review and accept</a>',
+            pins.diff(obj.definition, obj.pending_definition),
+            url,
+        )
+
+    def get_urls(self):
+        accept = self.admin_site.admin_view(self.accept_view)
+        return [
+            path("<int:pk>/accept/", accept, name="gateway_pinnedtool_accept"),
+            *super().get_urls(),
+        ]
+
+    def accept_view(self, request, pk: int):
+        """The diff and the button: accepting pins exactly the definition shown (its hash)."""
+        if not request.user.has_perm("gateway.accept_change"):
+            raise PermissionDenied("accepting a changed tool needs gateway.accept_change")
+        pin = get_object_or_404(PinnedTool.objects.select_related("upstream"), pk=pk)
+        back = reverse("admin:gateway_pinnedtool_change", args=[pin.pk])
+        if request.method == "POST":
+            try:
+                accepted = pins.accept(
+                    pin.upstream.name,
+                    [pin.tool],
+                    by=f"admin:{request.user.get_username()}",
+                    actor_type=ActorType.SYSTEM,
+                    actor_ref=f"user:{request.user.pk}",
+                    expect_sha256=request.POST.get("sha256", ""),
+                )
+            except pins.NothingToAccept as exc:
+                messages.error(request, str(exc))
+                return HttpResponseRedirect(back)
+            for entry in accepted:
+                messages.success(
+                    request,
+                    f"Accepted {entry['gateway']}.{entry['tool']} at {entry['sha256']}: agents "
+                    "see this definition now.",
+                )
+            return HttpResponseRedirect(back)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Accept the change of {pin.upstream.name}.{pin.tool}",
+            "pin": pin,
+            "diff": pins.diff(pin.definition, pin.pending_definition) if pin.held else "",
+            "opts": self.model._meta,
+        }
+        return TemplateResponse(request, "admin/gateway/pinnedtool/accept.html", context)
 
 
 @admin.register(GatedCall)

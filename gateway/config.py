@@ -7,7 +7,11 @@ gateways:
     headers: {Authorization: "Bearer ${PSP_TOKEN}"}
     default: deny                                 # allow | deny | review for tools not listed
     tools:
-      create_refund:  {policy: review, editable: [amount_cents], title: "Refund {amount_cents} cents"}
+      create_refund:
+        policy: review
+        editable: [amount_cents]
+        title: "Refund {amount_cents} cents"
+        money: [{amount: amount_cents, currency: currency}]   # or currency: USD
       get_order:      {policy: allow}
       delete_customer: {policy: deny}
 ```
@@ -28,10 +32,10 @@ from django.db import transaction
 from audit import log as audit
 from audit.models import ActorType
 
-from .models import Policy, ToolPolicy, Upstream
+from .models import Policy, ToolPolicy, Upstream, money_entry, money_problem
 
 GATEWAY_KEYS = {"name", "url", "command", "headers", "env", "default", "enabled", "tools"}
-TOOL_KEYS = {"policy", "editable", "title", "redact"}
+TOOL_KEYS = {"policy", "editable", "title", "redact", "money"}
 POLICIES = [p.value for p in Policy]
 
 
@@ -129,9 +133,26 @@ def _tool(where: str, name, spec) -> ToolPolicy:
     redact = spec.get("redact", False)
     if not isinstance(redact, bool):
         raise ConfigError(f"{where}: redact must be true or false")
+    money = spec.get("money") or []
+    problem = money_problem(money)
+    if problem:
+        raise ConfigError(f"{where}: {problem}")
     return ToolPolicy(
-        tool=name, policy=spec["policy"], editable=editable, title=title, redact=redact
+        tool=name,
+        policy=spec["policy"],
+        editable=editable,
+        title=title,
+        redact=redact,
+        money=[_as_written(money_entry(entry)) for entry in money],
     )
+
+
+def _as_written(entry: dict) -> dict:
+    """Stored (and exported) as argument paths, without ``payload.``; the defaults written out."""
+    return {
+        key: value.removeprefix("payload.") if isinstance(value, str) else value
+        for key, value in entry.items()
+    }
 
 
 def replace_all(parsed: list[Parsed], *, by: str) -> None:
@@ -180,6 +201,8 @@ def as_spec(upstream: Upstream) -> dict:
             tool["title"] = policy.title
         if policy.redact:
             tool["redact"] = True
+        if policy.money:
+            tool["money"] = [dict(entry) for entry in policy.money]
         tools[policy.tool] = tool
     if tools:
         spec["tools"] = tools

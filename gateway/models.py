@@ -13,6 +13,8 @@ from django.core.exceptions import ValidationError
 from django.db import models
 
 from approvals.models import Action, Agent
+from rules.currencies import ISO_4217
+from rules.money import money_spec_problem
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,49}$")
 VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -59,6 +61,9 @@ class Upstream(models.Model):
     )
     default_policy = models.CharField(max_length=10, choices=Policy.choices, default=Policy.DENY)
     enabled = models.BooleanField(default=True)
+    # When the upstream's tools were first recorded (import or `impri gateway refresh`):
+    # until then nothing is listed or forwarded.
+    pinned_at = models.DateTimeField(null=True, blank=True, editable=False)
     # What the upstream offered when last asked (refreshed on demand).
     tools_cache = models.JSONField(default=list, blank=True, editable=False)
     tools_refreshed_at = models.DateTimeField(null=True, blank=True, editable=False)
@@ -109,6 +114,11 @@ class ToolPolicy(models.Model):
     redact = models.BooleanField(
         default=False, help_text="audit only the hash of the arguments, not the arguments"
     )
+    money = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='the amounts the call moves: [{"amount": "amount_cents", "currency": "currency"}]',
+    )
 
     class Meta:
         constraints = [
@@ -118,6 +128,82 @@ class ToolPolicy(models.Model):
 
     def __str__(self) -> str:
         return f"{self.upstream.name}.{self.tool}: {self.policy}"
+
+    def clean(self) -> None:
+        problem = money_problem(self.money)
+        if problem:
+            raise ValidationError({"money": problem})
+
+
+def money_entry(entry: dict) -> dict:
+    """A tool's money declaration as ``push_action`` takes it: argument paths under ``payload.``.
+
+    ``currency`` is a fixed ISO 4217 code (``USD``) or else an argument path.
+    """
+    out = dict(entry)
+    for key in ("amount", "currency"):
+        value = entry.get(key)
+        if isinstance(value, str) and not (key == "currency" and value in ISO_4217):
+            out[key] = "payload." + value.removeprefix("payload.")
+    out.setdefault("minor_units", True)
+    out.setdefault("sign", "positive")
+    return out
+
+
+def money_problem(money) -> str | None:
+    """What is wrong with a tool's ``money`` declaration, naming the entry and key, or None.
+
+    ``[{amount: amount_cents, currency: currency}]``: ``amount`` is an argument
+    path; ``currency`` an argument path or a fixed ISO 4217 code (``USD``);
+    ``minor_units`` (default true: the amount is in cents) and ``sign``
+    (``positive``, the default, or ``any``) are optional. The checks are the
+    rules file's (``rules.money``), on the paths as they will be read.
+    """
+    if not isinstance(money, list):
+        return "money: must be a list like [{amount: amount_cents, currency: currency}]"
+    for index, entry in enumerate(money):
+        raw = money_entry(entry) if isinstance(entry, dict) else entry
+        problem = money_spec_problem(raw, "payload")
+        if problem:
+            where, message = problem
+            return f"money[{index}]{'.' + where if where else ''}: {message}"
+    return None
+
+
+class PinnedTool(models.Model):
+    """An upstream tool's definition as an operator accepted it, and a change waiting for review.
+
+    ``sha256`` is over the canonical JSON of ``definition`` (name, title,
+    description, input and output schema, annotations). Agents see only
+    ``definition``; a call reaches the upstream only while the upstream offers
+    exactly this definition. A different one (or a tool never pinned) is kept in
+    ``pending_*`` until an operator accepts it (``impri gateway accept``, admin).
+    """
+
+    upstream = models.ForeignKey(Upstream, on_delete=models.CASCADE, related_name="pins")
+    tool = models.CharField(max_length=200)
+    definition = models.JSONField(null=True, blank=True)
+    sha256 = models.CharField(max_length=64, blank=True)
+    pinned_at = models.DateTimeField(null=True, blank=True)
+    pinned_by = models.CharField(max_length=200, blank=True)
+    pending_definition = models.JSONField(null=True, blank=True)
+    pending_sha256 = models.CharField(max_length=64, blank=True)
+    pending_since = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["upstream", "tool"], name="gateway_pin_once")
+        ]
+        ordering = ["upstream", "tool"]
+        verbose_name = "pinned tool"
+        permissions = [("accept_change", "Can accept a tool definition changed upstream")]
+
+    def __str__(self) -> str:
+        return f"{self.upstream.name}.{self.tool}"
+
+    @property
+    def held(self) -> bool:
+        return bool(self.pending_sha256)
 
 
 class GatedCall(models.Model):
@@ -135,6 +221,9 @@ class GatedCall(models.Model):
     gateway = models.CharField(max_length=50)
     tool = models.CharField(max_length=200)
     arguments_sha256 = models.CharField(max_length=64)
+    # The pinned definition the call was made (and approved) against: the upstream
+    # is called only while it still offers exactly this one.
+    definition_sha256 = models.CharField(max_length=64, blank=True)
     upstream_called_at = models.DateTimeField(null=True, blank=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
 

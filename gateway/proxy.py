@@ -11,6 +11,12 @@ request, so a change in admin or ``impri gateway import`` applies at once.
   becomes an action and waits like ``impri_await_decision``. On approval the
   upstream is called exactly once with the approved payload, and the result is
   reported bound to the approval's grant. Nothing else reaches the upstream.
+
+Agents see the pinned definitions (``gateway/pins.py``), never the upstream's
+current ones; a tool whose definition changed upstream is held and refused
+until an operator accepts the change. Every forwarded call lists the upstream's
+tools first on the same connection and goes ahead only if the tool is still
+the one pinned (for a gated call: the one the reviewer approved).
 """
 
 from __future__ import annotations
@@ -45,9 +51,9 @@ from approvals.mcp.server import (
 from approvals.models import Action, ActionStatus
 from approvals.presenters import inbox_url
 
-from . import services, upstream
+from . import pins, services, upstream
 from .models import Policy
-from .upstream import Target, UpstreamError
+from .upstream import Refusal, Target, UpstreamError, UpstreamRefused
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +64,41 @@ REVIEW_NOTE = (
     "arguments to wait for the decision. A reviewer may lower or change values; the result "
     "describes what was actually executed."
 )
+
+
+HELD_NOTE = (
+    "\n\n[Impri gateway] This tool changed upstream: calls are refused until an operator "
+    "reviews the change."
+)
+
+
+class Held(Refusal):
+    """The tool is offered with a definition nobody accepted yet."""
+
+
+class ToolChanged(Refusal):
+    """The upstream no longer offers the definition a gated call was approved against."""
+
+    def __init__(self, approved: str, now: str | None):
+        super().__init__(
+            f"approved against {approved[:12] or 'no pin'}, upstream now {now and now[:12]}"
+        )
+        self.approved, self.now = approved, now
+
+
+def _held_error(gateway: str, name: str) -> CallToolResult:
+    return error_result(HeldTool(gateway, name))
+
+
+def _forwarder(ctx):
+    """The upstream's progress notifications, passed on to the agent's progress token."""
+    if ctx is None or not _wants_progress(ctx):
+        return None
+
+    async def forward(progress: float, total: float | None, message: str | None) -> None:
+        await ctx.report_progress(progress=progress, total=total, message=message)
+
+    return forward
 
 
 def _error(text: str, meta: dict | None = None) -> CallToolResult:
@@ -94,12 +135,6 @@ def _snapshot(name: str, tool: str):
     return gateway, policy, services.effective(gateway, tool)
 
 
-def _visible(name: str, tool_names: list[str]):
-    gateway = services.load(name)
-    explicit = services.policies(gateway)
-    return {tool: services.effective(gateway, tool, explicit) for tool in tool_names}
-
-
 class GatewayServer(ImpriMCPServer):
     def __init__(self, gateway: str, **kwargs: Any):
         super().__init__(**kwargs)
@@ -108,34 +143,36 @@ class GatewayServer(ImpriMCPServer):
     def _tool_input_schema(self, name: str):
         return None  # the upstream validates its own arguments
 
-    async def fetch_tools(self) -> tuple[list[Tool], str]:
-        """The upstream's tools, live; the last list it gave when it cannot be reached."""
+    async def survey(self) -> tuple[list[pins.ToolState], str]:
+        """Ask the upstream and compare with the pins (holding any change); the pins alone
+        when it cannot be reached, with the error."""
         gateway = await dbexec.run(services.load, self.gateway)
         try:
             tools = await upstream.list_tools(Target.of(gateway))
-        except UpstreamError as exc:
-            await dbexec.run(services.record_state, self.gateway, str(exc))
-            cached = [Tool.model_validate(t) for t in gateway.tools_cache]
-            return cached, str(exc)
-        dumped = [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tools]
+        except (UpstreamError, UpstreamRefused) as exc:
+            transport = isinstance(exc, UpstreamError)
+            await dbexec.run(services.record_state, self.gateway, str(exc) if transport else "")
+            error = str(exc) if transport else f"upstream {self.gateway!r} refused to list: {exc}"
+            return await dbexec.run(pins.observe, self.gateway, None), error
+        dumped = upstream.dump_tools(tools)
         await dbexec.run(services.record_state, self.gateway, "", dumped)
-        return tools, ""
+        return await dbexec.run(pins.observe, self.gateway, dumped), ""
 
     async def list_tools(self) -> list[Tool]:
-        tools, error = await self.fetch_tools()
-        if error and not tools:
-            raise MCPError(code=INTERNAL_ERROR, message=error)
-        verdicts = await dbexec.run(_visible, self.gateway, [t.name for t in tools])
+        states, error = await self.survey()
         listed = []
-        for tool in tools:
-            verdict = verdicts[tool.name]
-            if verdict == Policy.DENY:
+        for state in states:
+            if state.listed is None:
                 continue
-            if verdict == Policy.REVIEW:
-                tool = tool.model_copy(
-                    update={"description": (tool.description or "") + REVIEW_NOTE}
-                )
+            tool = Tool.model_validate(state.listed)
+            note = (REVIEW_NOTE if state.verdict == Policy.REVIEW else "") + (
+                HELD_NOTE if state.pin.held else ""
+            )
+            if note:
+                tool = tool.model_copy(update={"description": (tool.description or "") + note})
             listed.append(tool)
+        if error and not listed:
+            raise MCPError(code=INTERNAL_ERROR, message=error)
         return listed
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context=None):
@@ -147,51 +184,83 @@ class GatewayServer(ImpriMCPServer):
                     f"Denied: {name} is not available through the Impri gateway {self.gateway!r} "
                     f"(policy: deny). It was not called; do not retry it."
                 )
+            if gateway.pinned_at is None:
+                last = f" (last contact: {gateway.last_error})" if gateway.last_error else ""
+                return _error(
+                    f"Not available yet: the Impri gateway {self.gateway!r} has not recorded its "
+                    f"upstream's tools{last}. An operator must run `impri gateway refresh "
+                    f"{self.gateway}`. {name} was not called."
+                )
             target = Target.of(gateway)
             if verdict == Policy.ALLOW:
-                return await self._pass(agent, target, name, arguments, redact=policy.redact)
+                pin = await dbexec.run(pins.pin_for, self.gateway, name)
+                if pin is not None and pin.held:
+                    return _held_error(self.gateway, name)
+                return await self._pass(
+                    context, agent, target, name, arguments, redact=policy.redact
+                )
             return await self._gated(context, agent, gateway, target, name, arguments)
         except ImpriError as exc:
             return error_result(exc)
 
-    async def _pass(self, agent, target: Target, name: str, arguments: dict, *, redact: bool):
+    async def _pass(self, ctx, agent, target: Target, name: str, arguments: dict, *, redact: bool):
+        async def check(tools: list[Tool]) -> None:
+            states = await dbexec.run(pins.observe, self.gateway, upstream.dump_tools(tools))
+            if any(s.name == name and s.state in ("changed", "new") for s in states):
+                raise Held(name)
+            # Not offered at all: forwarded, and the upstream answers for itself.
+
+        audit_pass = dbexec.wrap(services.record_pass)
         try:
-            result = await upstream.call_tool(target, name, arguments)
-        except UpstreamError as exc:
-            await dbexec.run(services.record_state, self.gateway, str(exc))
-            await dbexec.run(
-                services.record_pass,
-                agent,
-                self.gateway,
-                name,
-                arguments,
-                redact=redact,
-                error=str(exc),
+            result = await upstream.call_tool(
+                target, name, arguments, check=check, progress=_forwarder(ctx)
             )
-            return _error(f"Upstream unavailable: {exc}. Impri did not retry the call.")
+        except Held:
+            return _held_error(self.gateway, name)
+        except (UpstreamError, UpstreamRefused) as exc:
+            transport = isinstance(exc, UpstreamError)
+            await dbexec.run(services.record_state, self.gateway, str(exc) if transport else "")
+            await audit_pass(agent, self.gateway, name, arguments, redact=redact, error=str(exc))
+            if transport:
+                return _error(f"Upstream unavailable: {exc}. Impri did not retry the call.")
+            return _error(f"The upstream refused the call to {name}: {exc}")
         await dbexec.run(services.record_state, self.gateway)
-        await dbexec.run(services.record_pass, agent, self.gateway, name, arguments, redact=redact)
+        await audit_pass(agent, self.gateway, name, arguments, redact=redact)
         return result
 
-    async def _schema(self, gateway, name: str) -> dict | None:
-        """The upstream's input schema for ``name`` (asking it when the cached list lacks it)."""
-        known = {t.get("name"): t for t in gateway.tools_cache}
-        if name not in known:
-            tools, error = await self.fetch_tools()
-            known = {t.name: t.model_dump(mode="json", by_alias=True) for t in tools}
-            if name not in known:
-                if error:
-                    raise UpstreamUnavailable(error)
-                raise InvalidInput("name", f"{self.gateway} has no tool named {name!r}")
-        return known[name].get("inputSchema")
+    async def _pinned(self, name: str) -> pins.PinnedTool:
+        """The tool's pin, after asking the upstream (the pins alone when it is away)."""
+        states, error = await self.survey()
+        state = next((s for s in states if s.name == name), None)
+        if state is not None and state.state in ("changed", "new"):
+            raise HeldTool(self.gateway, name)
+        if state is None or state.pin is None or not state.pin.sha256:
+            if error:
+                raise UpstreamUnavailable(error)
+            raise InvalidInput("name", f"{self.gateway} has no tool named {name!r}")
+        if state.state == "not offered":
+            raise InvalidInput("name", f"{self.gateway} no longer offers a tool named {name!r}")
+        return state.pin
 
     async def _gated(self, ctx, agent, gateway, target: Target, name: str, arguments: dict):
+        try:
+            pin = await self._pinned(name)
+        except HeldTool:
+            # An identical call approved before the change is carried out now, and
+            # fails (tool_changed) without reaching the upstream: it ends, and says so.
+            action = await dbexec.run(services.approved_for, agent, gateway, name, arguments)
+            if action is None:
+                raise
+            meta = _action_meta(action, inbox_url(action, _base_url(ctx)))
+            return await self._execute(ctx, agent, target, name, action, meta)
         # A call the upstream would refuse never reaches a reviewer.
-        schema = await self._schema(gateway, name)
+        schema = (pin.definition or {}).get("inputSchema")
         if schema:
             check_arguments(schema, arguments)
         try:
-            action = await dbexec.run(services.begin, agent, gateway, name, arguments)
+            action = await dbexec.run(
+                services.begin, agent, gateway, name, arguments, definition_sha256=pin.sha256
+            )
         except ValidationError as exc:
             raise invalid(exc) from None
         link = inbox_url(action, _base_url(ctx))
@@ -219,7 +288,7 @@ class GatewayServer(ImpriMCPServer):
                 meta,
             )
         if status == ActionStatus.APPROVED:
-            return await self._execute(agent, target, name, action, meta)
+            return await self._execute(ctx, agent, target, name, action, meta)
         await dbexec.run(services.delivered, action.pk)
         if status in (ActionStatus.EXECUTED, ActionStatus.FAILED):
             return _error(
@@ -229,10 +298,11 @@ class GatewayServer(ImpriMCPServer):
             )
         return _error(_refusal(name, action), meta)
 
-    async def _execute(self, agent, target: Target, name: str, action: Action, meta: dict):
+    async def _execute(self, ctx, agent, target: Target, name: str, action: Action, meta: dict):
         claims = grants.claims_for(action)
         grant = grants.sign(claims)
-        if not await dbexec.run(services.claim, action, claims["jti"]):
+        approved = await dbexec.run(services.definition_of, action.pk)
+        if not await dbexec.run(services.claim, action):
             await dbexec.run(services.delivered, action.pk)
             return _error(
                 f"Already called: the upstream call for action {action.pk} was already made by "
@@ -240,23 +310,55 @@ class GatewayServer(ImpriMCPServer):
                 meta,
             )
         report = dbexec.wrap(approvals.report_result)
-        try:
-            result = await upstream.call_tool(target, name, action.payload)
-        except UpstreamError as exc:
-            await dbexec.run(services.record_state, self.gateway, str(exc))
+
+        async def check(tools: list[Tool]) -> None:
+            """Just before the call, on its connection: still the definition that was approved?"""
+            dumped = upstream.dump_tools(tools)
+            await dbexec.run(pins.observe, self.gateway, dumped)
+            offered = next((t for t in dumped if t.get("name") == name), None)
+            now = pins.sha256_of(offered) if offered is not None else None
+            if not approved or now != approved:
+                raise ToolChanged(approved, now)
+            await dbexec.run(services.called, action, claims["jti"], approved)
+
+        async def failed(detail: dict, text: str) -> CallToolResult:
             await report(
-                action.pk,
-                agent=agent,
-                status=ActionStatus.FAILED,
-                detail={"error": str(exc), "upstream": target.name},
-                grant=grant,
+                action.pk, agent=agent, status=ActionStatus.FAILED, detail=detail, grant=grant
             )
             await dbexec.run(services.delivered, action.pk)
             meta["status"] = ActionStatus.FAILED.value
-            return _error(
+            return _error(text, meta)
+
+        try:
+            result = await upstream.call_tool(
+                target, name, action.payload, check=check, progress=_forwarder(ctx)
+            )
+        except ToolChanged as exc:
+            return await failed(
+                {
+                    "reason": "tool_changed",
+                    "approved_sha256": exc.approved or None,
+                    "upstream_sha256": exc.now,
+                    "upstream": target.name,
+                },
+                f"Approved, but not executed: {name} changed upstream after this call was "
+                f"approved (its definition is no longer the one the reviewer approved), so "
+                f"Impri did not call it. Action {action.pk} is reported failed (tool_changed). "
+                "An operator must review the change before the tool can be used again.",
+            )
+        except UpstreamRefused as exc:
+            await dbexec.run(services.record_state, self.gateway)
+            return await failed(
+                {"reason": "upstream_error", "error": str(exc), "upstream": target.name},
+                f"Approved, but the upstream refused the call: {exc}. Action {action.pk} is "
+                "reported failed.",
+            )
+        except UpstreamError as exc:
+            await dbexec.run(services.record_state, self.gateway, str(exc))
+            return await failed(
+                {"error": str(exc), "upstream": target.name},
                 f"Approved, but the upstream call failed: {exc}. Action {action.pk} is reported "
                 "failed. Impri did not retry it: check with the user before trying again.",
-                meta,
             )
         status = ActionStatus.FAILED if result.is_error else ActionStatus.EXECUTED
         await dbexec.run(services.record_state, self.gateway)
@@ -273,6 +375,20 @@ class GatewayServer(ImpriMCPServer):
 class UpstreamUnavailable(ImpriError):
     status_code = 503
     code = "unavailable"
+
+
+class HeldTool(ImpriError):
+    status_code = 409
+    code = "tool_changed"
+
+    def __init__(self, gateway: str, name: str):
+        super().__init__(
+            f"{name} changed upstream (its definition differs from the one an operator accepted "
+            f"for the Impri gateway {gateway!r}), so Impri does not call it. An operator must "
+            f"review the change (`impri gateway accept {gateway} {name}`, or in admin) before it "
+            "can be used. It was not called.",
+            field="name",
+        )
 
 
 def check_arguments(schema: dict, arguments: dict) -> None:

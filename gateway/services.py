@@ -24,7 +24,7 @@ from audit import log as audit
 from audit.models import ActorType, canonical_json
 from rules import services as rule_services
 
-from .models import GatedCall, Policy, ToolPolicy, Upstream
+from .models import GatedCall, Policy, ToolPolicy, Upstream, money_entry
 
 KEY_PREFIX = "mcp-gateway:"
 # An identical repeat attaches only to an action in one of these states (see begin).
@@ -52,9 +52,19 @@ def exists(name: str) -> bool:
 
 
 def kind_for(gateway: str, tool: str) -> str:
-    """``mcp.<gateway>.<tool>``, lowercased, anything but ``[a-z0-9_]`` turned into ``_``."""
-    clean = lambda text: re.sub(r"[^a-z0-9_]", "_", text.lower())  # noqa: E731
-    return f"mcp.{clean(gateway)}.{clean(tool)}"[:100]
+    """``mcp.<gateway>.<tool>``: the names lowercased and otherwise as they are.
+
+    A character outside ``[a-z0-9_.-]`` becomes ``_``, and so does a dot that
+    would leave an empty segment, so ``get-sum`` stays ``get-sum`` and a rule
+    written with the tool's own name matches.
+    """
+
+    def clean(text: str) -> str:
+        text = re.sub(r"[^a-z0-9_.-]", "_", text.lower())
+        return re.sub(r"^\.|\.(?=\.|$)", "_", text) or "_"
+
+    kind = f"mcp.{clean(gateway)}.{clean(tool)}"[:100]
+    return kind[:-1] + "_" if kind.endswith(".") else kind
 
 
 def policy_for(upstream: Upstream, tool: str) -> ToolPolicy:
@@ -102,7 +112,9 @@ def title_for(policy: ToolPolicy, gateway: str, tool: str, arguments: dict) -> s
     return title[:200] or tool
 
 
-def begin(agent: Agent, upstream: Upstream, tool: str, arguments: dict) -> Action:
+def begin(
+    agent: Agent, upstream: Upstream, tool: str, arguments: dict, *, definition_sha256: str = ""
+) -> Action:
     """The action for this call: the open one an identical call made, else a new one.
 
     An identical call attaches to its predecessor only while that action is
@@ -115,8 +127,42 @@ def begin(agent: Agent, upstream: Upstream, tool: str, arguments: dict) -> Actio
 
     The idempotency key counts the identical calls already answered, so
     concurrent identical calls share one action (the database's unique key
-    decides).
+    decides). ``definition_sha256`` is the pinned definition the call was made
+    against: the upstream is called after approval only if it still offers it.
     """
+    digest, key, existing, previous = _attached(agent, upstream, tool, arguments)
+    if existing is None:
+        policy = policy_for(upstream, tool)
+        data = ActionIn.model_validate(
+            {
+                "kind": kind_for(upstream.name, tool),
+                "title": title_for(policy, upstream.name, tool, arguments),
+                "preview": {"format": "json", "body": _preview(upstream.name, tool, arguments)},
+                "payload": arguments,
+                "editable": _editable(policy, arguments),
+                "context": _context(upstream, tool, previous, definition_sha256),
+                "idempotency_key": key,
+            }
+        )
+        try:
+            existing, _ = approvals.push_action(agent, data, money=_money(policy) or None)
+        except IdempotencyConflict:  # the policy changed between two identical calls
+            existing = Action.objects.get(agent=agent, idempotency_key=key)
+    GatedCall.objects.get_or_create(
+        action=existing,
+        defaults={
+            "agent": agent,
+            "gateway": upstream.name,
+            "tool": tool,
+            "arguments_sha256": digest,
+            "definition_sha256": definition_sha256,
+        },
+    )
+    return approvals.get_action_for_agent(existing.pk, agent)
+
+
+def _attached(agent: Agent, upstream: Upstream, tool: str, arguments: dict):
+    """``(digest, key, the open action an identical call attaches to or None, the settled one before)``."""
     digest = arguments_sha256({"gateway": upstream.name, "tool": tool, "arguments": arguments})
     answered = GatedCall.objects.filter(
         agent=agent, arguments_sha256=digest, delivered_at__isnull=False
@@ -130,37 +176,23 @@ def begin(agent: Agent, upstream: Upstream, tool: str, arguments: dict) -> Actio
         answered += 1
         key = f"{KEY_PREFIX}{digest}:{answered}"
         existing = Action.objects.filter(agent=agent, idempotency_key=key).first()
-    if existing is None:
-        policy = policy_for(upstream, tool)
-        data = ActionIn.model_validate(
-            {
-                "kind": kind_for(upstream.name, tool),
-                "title": title_for(policy, upstream.name, tool, arguments),
-                "preview": {"format": "json", "body": _preview(upstream.name, tool, arguments)},
-                "payload": arguments,
-                "editable": _editable(policy, arguments),
-                "context": _context(upstream, tool, previous),
-                "idempotency_key": key,
-            }
-        )
-        try:
-            existing, _ = approvals.push_action(agent, data)
-        except IdempotencyConflict:  # the policy changed between two identical calls
-            existing = Action.objects.get(agent=agent, idempotency_key=key)
-    GatedCall.objects.get_or_create(
-        action=existing,
-        defaults={
-            "agent": agent,
-            "gateway": upstream.name,
-            "tool": tool,
-            "arguments_sha256": digest,
-        },
-    )
+    return digest, key, existing, previous
+
+
+def approved_for(agent: Agent, upstream: Upstream, tool: str, arguments: dict) -> Action | None:
+    """The approved, not yet executed action an identical call would carry out, if any."""
+    existing = _attached(agent, upstream, tool, arguments)[2]
+    if existing is None or existing.effective_status != ActionStatus.APPROVED:
+        return None
     return approvals.get_action_for_agent(existing.pk, agent)
 
 
-def _context(upstream: Upstream, tool: str, previous: Action | None) -> dict:
+def _context(
+    upstream: Upstream, tool: str, previous: Action | None, definition_sha256: str
+) -> dict:
     context = {"gateway": upstream.name, "tool": tool, "upstream": upstream.target}
+    if definition_sha256:
+        context["tool_sha256"] = definition_sha256
     if previous is not None:
         context["repeat_of"] = {
             "action_id": previous.pk,
@@ -186,25 +218,48 @@ def _editable(policy: ToolPolicy, arguments: dict) -> list[str]:
     return paths
 
 
-def claim(action: Action, grant_jti: str) -> bool:
-    """Take the one right to call the upstream for this approved action (audited); False if taken."""
-    with transaction.atomic():
-        won = GatedCall.objects.filter(action=action, upstream_called_at__isnull=True).update(
-            upstream_called_at=timezone.now()
-        )
-        if won:
-            audit.record(
-                "gateway.upstream_called",
-                actor_type=ActorType.SYSTEM,
-                actor_id=f"gateway:{action.gated_call.gateway}",
-                action_id=action.pk,
-                data={
-                    "tool": action.gated_call.tool,
-                    "payload_sha256": approvals.payload_sha256(action.payload),
-                    "grant_jti": grant_jti,
-                },
-            )
+def _money(policy: ToolPolicy) -> list[dict]:
+    """The tool's money declaration as ``push_action`` takes it: paths into ``payload.``."""
+    return [money_entry(entry) for entry in policy.money or []]
+
+
+def claim(action: Action) -> bool:
+    """Take the one right to call the upstream for this approved action; False if taken.
+
+    The claim is not the call: :func:`called` records the call when it is
+    made, after the upstream's definition was checked against the approved one.
+    """
+    won = GatedCall.objects.filter(action=action, upstream_called_at__isnull=True).update(
+        upstream_called_at=timezone.now()
+    )
     return bool(won)
+
+
+def called(action: Action, grant_jti: str, definition_sha256: str) -> None:
+    """Audit the one upstream call of an approved action, just before it is made."""
+    with transaction.atomic():
+        audit.record(
+            "gateway.upstream_called",
+            actor_type=ActorType.SYSTEM,
+            actor_id=f"gateway:{action.gated_call.gateway}",
+            action_id=action.pk,
+            data={
+                "tool": action.gated_call.tool,
+                "payload_sha256": approvals.payload_sha256(action.payload),
+                "grant_jti": grant_jti,
+                "tool_sha256": definition_sha256,
+            },
+        )
+
+
+def definition_of(action_id: str) -> str:
+    """The pinned definition's hash a gated call was made (and approved) against."""
+    return (
+        GatedCall.objects.filter(action_id=action_id)
+        .values_list("definition_sha256", flat=True)
+        .first()
+        or ""
+    )
 
 
 def delivered(action_id: str) -> None:

@@ -10,7 +10,7 @@ from celery import shared_task
 from django.db.models import Q
 from django.utils import timezone
 
-from . import services, upstream
+from . import pins, services, upstream
 from .models import Upstream
 
 logger = logging.getLogger(__name__)
@@ -21,8 +21,9 @@ REFRESH_EVERY_S = 300
 def refresh_due(now=None) -> int:
     """Ask each enabled upstream not asked for ``REFRESH_EVERY_S`` for its tools; returns how many answered.
 
-    A tool that appears later is listed under the gateway's ``default`` policy
-    from then on; an upstream that does not answer is recorded for ``/readyz``.
+    A tool that changed or appeared since its definitions were pinned is held
+    for an operator's review (``gateway/pins.py``); an upstream that does not
+    answer is recorded for ``/readyz``.
     """
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=REFRESH_EVERY_S)
@@ -33,12 +34,17 @@ def refresh_due(now=None) -> int:
     for row in due:
         try:
             tools = async_to_sync(upstream.list_tools)(upstream.Target.of(row))
+        except upstream.UpstreamRefused as exc:  # it answered: up, but would not list
+            logger.warning("gateway %s: the upstream refused to list its tools: %s", row.name, exc)
+            services.record_state(row.name)
+            continue
         except upstream.UpstreamError as exc:
             logger.warning("gateway %s: %s", row.name, exc)
             services.record_state(row.name, str(exc))
             continue
-        dumped = [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tools]
+        dumped = upstream.dump_tools(tools)
         services.record_state(row.name, "", dumped)
+        pins.observe(row.name, dumped)  # a change is held and recorded, never taken
         answered += 1
     return answered
 

@@ -104,6 +104,7 @@ class DatabaseCollector:
         yield from outbox(now)
         yield from audit_chain()
         yield from budgets(now)
+        yield from gateway_tools_changed()
 
 
 registry.register(ProcessCollector())
@@ -267,6 +268,20 @@ def audit_chain():
         at.add_metric([], last.at.timestamp())
         checked.add_metric([], last.checked)
     yield from (verified, at, checked)
+
+
+def gateway_tools_changed():
+    from gateway import pins
+
+    held = GaugeMetricFamily(
+        "impri_gateway_tools_changed",
+        "Upstream tools whose definition changed (or that are new), held until an operator "
+        "accepts them, per gateway.",
+        labels=["gateway"],
+    )
+    for name, count in sorted(pins.held_counts().items()):
+        held.add_metric([name], float(count))
+    yield held
 
 
 def budgets(now):

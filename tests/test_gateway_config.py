@@ -95,9 +95,15 @@ def test_secrets_come_from_the_environment_at_call_time(monkeypatch):
         expand("Bearer ${PSP_TOKEN}", "headers")
 
 
-def test_kind_is_sanitized():
+def test_kind_keeps_the_tool_name_lowercased():
+    from approvals.schemas import KIND_RE
+
     assert services.kind_for("payments", "create_refund") == "mcp.payments.create_refund"
-    assert services.kind_for("Pay-Ments", "Create Refund!") == "mcp.pay_ments.create_refund_"
+    assert services.kind_for("everything", "get-sum") == "mcp.everything.get-sum"
+    assert services.kind_for("Pay-Ments", "Create Refund!") == "mcp.pay-ments.create_refund_"
+    assert services.kind_for("fs", "files.read") == "mcp.fs.files.read"
+    for odd in (".x", "x.", "a..b", "", "ünïcode", "x" * 200):
+        assert KIND_RE.match(services.kind_for("gw", odd)), odd
 
 
 def test_title_template_fills_arguments_and_keeps_missing_fields():
@@ -188,8 +194,8 @@ def test_the_upstream_call_is_claimed_once(payments, agent, rita):
         agent.agent, payments, "create_refund", {"order_id": "B", "amount_cents": 10}
     )
     action = approvals.decide(action.pk, by=rita.user, verdict="approve")
-    assert services.claim(action, "jti-1") is True
-    assert services.claim(action, "jti-1") is False
+    assert services.claim(action) is True
+    assert services.claim(action) is False
     assert GatedCall.objects.get(pk=action.pk).upstream_called_at is not None
 
 
@@ -249,7 +255,9 @@ def test_the_scheduled_refresh_asks_the_upstream_and_records_when_it_is_away(db,
     assert sorted(t["name"] for t in psp.tools_cache) == [
         "create_refund",
         "delete_customer",
+        "get-sum",
         "get_order",
+        "settle",
     ]
     assert psp.last_error == "" and psp.tools_refreshed_at is not None
     assert "unreachable" in gone.last_error

@@ -85,19 +85,45 @@ def upstream_log(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("upstream") / "calls.jsonl"
 
 
+class UpstreamProcess:
+    """tests/gateway_upstream.py on a fixed port, restartable as another variant (a rug pull)."""
+
+    def __init__(self, log: Path):
+        self.port = free_port()
+        self.log = log
+        self.process: subprocess.Popen | None = None
+
+    def start(self, variant: str = "") -> None:
+        self.stop()
+        self.process = subprocess.Popen(
+            [sys.executable, UPSTREAM, "--http", str(self.port)],
+            env={
+                "PATH": "/usr/bin:/bin",
+                "UPSTREAM_LOG": str(self.log),
+                "UPSTREAM_TOKEN": TOKEN,
+                "UPSTREAM_VARIANT": variant,
+            },
+        )
+        wait_for_port(self.port, self.process)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+
 @pytest.fixture(scope="module")
 def upstream(upstream_log):
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, UPSTREAM, "--http", str(port)],
-        env={"PATH": "/usr/bin:/bin", "UPSTREAM_LOG": str(upstream_log), "UPSTREAM_TOKEN": TOKEN},
-    )
+    process = UpstreamProcess(upstream_log)
     try:
-        wait_for_port(port, process)
-        yield port
+        process.start()
+        yield process.port
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        process.stop()
 
 
 @pytest.fixture(scope="module")
@@ -128,6 +154,11 @@ def short_server(deployment, server):
 
 @pytest.fixture(scope="module")
 def keys(deployment, server):
+    return make_keys(deployment)
+
+
+def make_keys(deployment) -> dict:
+    """An agent key, and a reviewer (rita, also an auditor) token."""
     agent_key = deployment.last_word("createagent", "support-bot")
     deployment.impri("createreviewer", "rita", "--password", "rita-password")
     # Reading the whole audit log is for auditors (docs/audit.md).
@@ -465,7 +496,7 @@ async def test_stdio_gateway(deployment, server, keys, upstream_log, name):
                 )
 
             tg.start_soon(call)
-            kind = f"mcp.{name.replace('-', '_')}.create_refund"
+            kind = f"mcp.{name}.create_refund"  # the gateway's name as it is
             pending = await pending_action(server, keys["rita"], order, outcome, kind)
             await decide(
                 server,

@@ -1,41 +1,84 @@
-"""``impri gateway import FILE | export | tools NAME``."""
+"""``impri gateway import FILE | export | tools NAME | refresh NAME | accept NAME [TOOL…]``."""
 
 from __future__ import annotations
 
+import getpass
 from pathlib import Path
 
 from asgiref.sync import async_to_sync
 from django.core.management.base import BaseCommand, CommandError
 
-from gateway import config, services
+from gateway import config, pins, services, upstream
 from gateway.proxy import build_gateway_server
 
 
+def operator() -> str:
+    """Who runs the command, for the audit trail."""
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):  # no name for this uid (a container)
+        return "cli"
+
+
+def short(sha: str | None) -> str:
+    return sha[:12] if sha else "none"
+
+
 class Command(BaseCommand):
-    help = "Manage MCP gateways: import a YAML file, export them, list an upstream's tools."
+    help = (
+        "Manage MCP gateways: import a YAML file, export them, list an upstream's tools, "
+        "record them (refresh) and accept the changes held for review."
+    )
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="subcommand", required=True)
         imp = sub.add_parser(
-            "import", help="Replace every gateway with FILE (atomically; running servers follow)."
+            "import",
+            help="Replace every gateway with FILE (atomically; running servers follow) and "
+            "record the tools of each new gateway's upstream.",
         )
         imp.add_argument("file")
         sub.add_parser("export", help="Print the gateways as YAML (secrets stay ${VAR}).")
         tools = sub.add_parser(
-            "tools", help="Ask the upstream of gateway NAME for its tools; show each one's policy."
+            "tools",
+            help="Ask the upstream of gateway NAME for its tools; show each one's policy, kind "
+            "and whether it changed upstream.",
         )
         tools.add_argument("name")
+        tools.add_argument(
+            "--diff", action="store_true", help="Also print the diff of each held change."
+        )
+        refresh = sub.add_parser(
+            "refresh",
+            help="Ask the upstream of gateway NAME now: record its tools the first time, "
+            "hold what changed since.",
+        )
+        refresh.add_argument("name")
+        accept = sub.add_parser(
+            "accept",
+            help="Accept the changed definitions held for gateway NAME (all, or the TOOLs named).",
+        )
+        accept.add_argument("name")
+        accept.add_argument("tools", nargs="*", metavar="TOOL")
 
     def handle(self, *args, subcommand: str, **options):
         if subcommand == "export":
             self.stdout.write(config.export_yaml(), ending="")
         elif subcommand == "import":
             parsed = self._load(options["file"])
-            config.replace_all(parsed, by="cli")
+            config.replace_all(parsed, by=operator())
             names = ", ".join(p.upstream.name for p in parsed) or "none"
             self.stdout.write(f"Imported {len(parsed)} gateway(s): {names}.")
+            for item in parsed:
+                if item.upstream.enabled:
+                    self._refresh(item.upstream.name, strict=False)
+        elif subcommand == "refresh":
+            self._exists(options["name"])
+            self._refresh(options["name"], strict=True)
+        elif subcommand == "accept":
+            self._accept(options["name"], options["tools"])
         else:
-            self._tools(options["name"])
+            self._tools(options["name"], show_diff=options["diff"])
 
     def _load(self, path: str):
         try:
@@ -47,26 +90,108 @@ class Command(BaseCommand):
         except config.ConfigError as exc:
             raise CommandError(f"{path}: {exc}") from None
 
-    def _tools(self, name: str) -> None:
+    def _exists(self, name: str) -> None:
         if not services.exists(name):
             raise CommandError(f"no enabled gateway named {name!r}: see `impri gateway export`")
-        tools, error = async_to_sync(build_gateway_server(name).fetch_tools)()
+
+    def _refresh(self, name: str, *, strict: bool) -> None:
+        """Record the tools the first time the upstream answers; afterwards, hold its changes."""
+        target = upstream.Target.of(services.load(name))
+        try:
+            tools = async_to_sync(upstream.list_tools)(target)
+        except (upstream.UpstreamError, upstream.UpstreamRefused) as exc:
+            if isinstance(exc, upstream.UpstreamError):
+                services.record_state(name, str(exc))
+            message = (
+                f"gateway {name!r}: {exc}; its tools are not recorded yet: run "
+                f"`impri gateway refresh {name}` once it answers"
+            )
+            if strict:
+                raise CommandError(message) from None
+            self.stderr.write(message)
+            return
+        offered = upstream.dump_tools(tools)
+        services.record_state(name, "", offered)
+        pinned = pins.pin_all(name, offered, by=operator())
+        if pinned is not None:
+            self.stdout.write(
+                f"gateway {name}: recorded {len(pinned)} tool definition(s): "
+                f"{', '.join(pinned) or 'none'}."
+            )
+            return
+        states = pins.observe(name, offered)
+        held = [s for s in states if s.state in ("changed", "new")]
+        for state in held:
+            self.stdout.write(
+                f"gateway {name}: {state.name} {'is new' if state.state == 'new' else 'changed'} "
+                f"upstream ({short(state.pin.sha256)} -> {short(state.pin.pending_sha256)}): "
+                "held for review"
+            )
+        if held:
+            self.stdout.write(
+                f"Review with `impri gateway tools {name} --diff`; accept with "
+                f"`impri gateway accept {name} [TOOL ...]`."
+            )
+        else:
+            self.stdout.write(f"gateway {name}: no change since the tools were recorded.")
+
+    def _accept(self, name: str, tools: list[str]) -> None:
+        if not services.exists(name):
+            raise CommandError(f"no enabled gateway named {name!r}: see `impri gateway export`")
+        try:
+            accepted = pins.accept(name, tools or None, by=operator())
+        except pins.NothingToAccept as exc:
+            raise CommandError(str(exc)) from None
+        if not accepted:
+            self.stdout.write(f"gateway {name}: no change is waiting for review.")
+        for entry in accepted:
+            self.stdout.write(
+                f"accepted {name}.{entry['tool']}: {short(entry['old_sha256'])} -> "
+                f"{entry['sha256']}"
+            )
+
+    def _tools(self, name: str, *, show_diff: bool) -> None:
+        self._exists(name)
+        states, error = async_to_sync(build_gateway_server(name).survey)()
         if error:
             self.stderr.write(f"{error}")
-            if not tools:
+            if not states:
                 raise CommandError(f"gateway {name!r}: the upstream did not answer")
-            self.stderr.write("showing the tools it offered when last reached:")
+            self.stderr.write("showing the tools as recorded:")
         gateway = services.load(name)
+        if gateway.pinned_at is None:
+            self.stderr.write(
+                f"gateway {name!r}: its tools are not recorded yet, so none is offered to "
+                f"agents: run `impri gateway refresh {name}`"
+            )
         explicit = services.policies(gateway)
-        width = max((len(t.name) for t in tools), default=4)
-        for tool in sorted(tools, key=lambda t: t.name):
-            verdict = services.effective(gateway, tool.name, explicit)
-            stored = explicit[tool.name].policy if tool.name in explicit else gateway.default_policy
-            source = "" if tool.name in explicit else " (default)"
-            if verdict != stored:
-                source = f" (policy {stored}; a rule names its kind {services.kind_for(name, tool.name)})"
-            self.stdout.write(f"{tool.name:<{width}}  {verdict}{source}")
-        for missing in sorted(set(explicit) - {t.name for t in tools}):
+        width = max((len(s.name) for s in states), default=4)
+        for state in states:
+            stored = (
+                explicit[state.name].policy if state.name in explicit else gateway.default_policy
+            )
+            source = "" if state.name in explicit else " (default)"
+            if state.verdict != stored:
+                source = f" (policy {stored}; a rule names its kind)"
+            line = f"{state.name:<{width}}  {state.verdict}{source}  kind {state.kind}"
+            self.stdout.write(line + self._describe(state))
+            if show_diff and state.pin is not None and state.pin.held:
+                self.stdout.write(pins.diff(state.pin.definition, state.pin.pending_definition))
+        for missing in sorted(set(explicit) - {s.name for s in states}):
             self.stdout.write(
                 f"{missing:<{width}}  {explicit[missing].policy} (not offered upstream)"
             )
+
+    @staticmethod
+    def _describe(state: pins.ToolState) -> str:
+        pin = state.pin
+        if state.state == "changed":
+            return (
+                f"  CHANGED upstream, held for review ({short(pin.sha256)} -> "
+                f"{short(pin.pending_sha256)})"
+            )
+        if state.state == "new":
+            return f"  NEW upstream, held for review ({short(pin.pending_sha256)})"
+        if state.state == "pinned":
+            return f"  pinned {short(pin.sha256)}"
+        return f"  {state.state}"
