@@ -77,13 +77,21 @@ def money_warnings(action: Action) -> list[str]:
             )
         if not amount.currency:
             out.append(
-                f"{amount.path} is in no ISO 4217 currency (the payload's currency is missing "
-                "or not an ISO 4217 currency code): the amount's unit is unknown"
+                f"{amount.path} is in no ISO 4217 currency ({_currency_said(action, amount)}): the amount's unit is unknown"
             )
         if not amount.declared and amount.minor <= 0:
             word = "negative" if amount.minor < 0 else "zero"
             out.append(f"{amount.path} is {word}: check what the agent will do with it")
     return out
+
+
+def _currency_said(action: Action, amount: Amount) -> str:
+    """What the payload says the amount's currency is, when it is not an ISO 4217 code."""
+    for path in (amount.path.rpartition(".")[0] + ".currency", "payload.currency"):
+        found, value = resolve_path({"payload": action.payload}, path)
+        if found:
+            return f"{path} {shown(value)}, not an ISO 4217 currency code"
+    return "the payload names no currency, e.g. payload.currency"
 
 
 def sign_word(money: Money | None) -> str:

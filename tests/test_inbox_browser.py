@@ -368,6 +368,7 @@ def test_spoofed_amounts_are_said_out_loud(rita, server, agent_key):
     action_id = push(
         server,
         agent_key,
+        kind="billing.refund",  # declares nothing (payment.refund would refuse this at push)
         title="Refund $84.00 on order 10432",
         payload={"amount_cents": "840000", decoy: 8400, "currency": "usd\u202e"},
         editable=[f"payload.{decoy}"],

@@ -74,8 +74,8 @@ def test_an_iso_currency_is_read_in_any_case(currency, text):
 def test_cents_without_a_currency_warn():
     action = action_with({"amount_cents": 8400})
     assert presenters.money_warnings(action) == [
-        "payload.amount_cents is in no ISO 4217 currency (the payload's currency is missing "
-        "or not an ISO 4217 currency code): the amount's unit is unknown"
+        "payload.amount_cents is in no ISO 4217 currency (the payload names no currency, "
+        "e.g. payload.currency): the amount's unit is unknown"
     ]
 
 
