@@ -133,7 +133,7 @@ export class Impri {
     const headers: Record<string, string> = { Accept: "application/json" };
     if (call.auth !== false) headers.Authorization = `Bearer ${this.#key}`;
     if (call.body !== undefined) headers["Content-Type"] = "application/json";
-    const limit = AbortSignal.timeout((this.timeoutS + (call.waitS ?? 0)) * 1000);
+    const limit = AbortSignal.timeout(Math.ceil((this.timeoutS + (call.waitS ?? 0)) * 1000)); // an integer, or it throws
     const signal = call.signal ? AbortSignal.any([call.signal, limit]) : limit;
     const response = await this.#fetch(url, {
       method: call.method,

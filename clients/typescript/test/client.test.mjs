@@ -8,6 +8,7 @@ import {
   Impri,
   InvalidGrant,
   NotFound,
+  PermissionDenied,
   ValidationError,
   canonicalJson,
   payloadSha256,
@@ -122,4 +123,28 @@ test("canonical JSON is RFC 8785's", async () => {
   assert.equal(canonicalJson({ b: [1.0, 1e21, -0, 1e-7], a: "é\n\u0001", "\u20ac": null, "\ud83d\ude00": true }), '{"a":"é\\n\\u0001","b":[1,1e+21,0,1e-7],"€":null,"😀":true}');
   // Python's impri_client.payload_sha256 of the same payload (tests/test_client_canonical.py checks it against the server).
   assert.equal(await payloadSha256({ order_id: "10432", amount_cents: 5000, currency: "USD" }), await payloadSha256({ currency: "USD", amount_cents: 5000.0, order_id: "10432" }));
+});
+
+test("awaitDecision rides out network failures and a 503 with backoff; gives up after waitRetries", async () => {
+  const action = await impri.push(refund(unique("Refund through a flaky network"), 900));
+  let failures = 0;
+  const flaky = async (input, init) => {
+    if (String(input).includes("/decision") && failures < 3) {
+      failures += 1;
+      if (failures === 2) return new Response(JSON.stringify({ detail: "the database is unavailable", code: "unavailable" }), { status: 503 });
+      throw new TypeError("fetch failed"); // what fetch throws when the connection is refused
+    }
+    return fetch(input, init);
+  };
+  const patient = new Impri({ baseUrl: url, apiKey: agentKey, fetch: flaky });
+  const waiting = patient.awaitDecision(action.action_id, { timeoutS: 30 });
+  await rita.approve(action.action_id);
+  const decision = await waiting;
+  assert.equal(decision.status, "approved");
+  assert.equal(failures, 3);
+
+  const down = new Impri({ baseUrl: url, apiKey: agentKey, waitRetries: 1, fetch: async () => { throw new TypeError("fetch failed"); } });
+  await assert.rejects(down.awaitDecision(action.action_id), TypeError);
+  const refused = new Impri({ baseUrl: url, apiKey: agentKey, fetch: async () => new Response('{"detail": "no"}', { status: 403 }) });
+  await assert.rejects(refused.awaitDecision(action.action_id), PermissionDenied);
 });

@@ -126,3 +126,13 @@ test("a tool not gated itself: approved as proposed runs once and is reported; a
   assert.equal(failed.status, "failed");
   assert.match(failed.result.detail, /not run/);
 });
+
+test("gateMastraTool alone (no requireToolApproval): the tool waits on Impri and runs the approved arguments", { timeout: 60_000 }, async () => {
+  const { agent, title, calls } = setUp({ gated: true, args: ARGS });
+  const reviewing = rita.pendingTitled(title).then((a) => rita.approve(a.action_id, { "payload.amount_cents": 4200 }));
+  const stream = await agent.stream("Refund order 10432");
+  const text = await stream.text;
+  await reviewing;
+  assert.deepEqual(calls, [{ ...ARGS, amount_cents: 4200 }]);
+  assert.equal(text, 'tool said: {"refund_id":"re_1","amount_cents":4200}');
+});
