@@ -268,6 +268,27 @@ def test_the_scheduled_refresh_asks_the_upstream_and_records_when_it_is_away(db,
     assert refresh_due() == 0  # both were asked just now
 
 
+def admin_form(**fields) -> dict:
+    """The admin's gateway form with one tool policy (create_refund, review), as posted."""
+    return {
+        "name": "payments",
+        "enabled": "on",
+        "default_policy": "deny",
+        "url": "http://127.0.0.1:9/mcp",
+        "headers": "{}",
+        "command": "[]",
+        "env": "{}",
+        "policies-TOTAL_FORMS": "1",
+        "policies-INITIAL_FORMS": "0",
+        "policies-0-tool": "create_refund",
+        "policies-0-policy": "review",
+        "policies-0-editable": '["amount_cents"]',
+        "policies-0-money": "[]",
+        "policies-0-title": "",
+        **fields,
+    }
+
+
 def test_admin_edits_gateways_and_refuses_a_written_out_secret(db):
     from django.contrib.auth.models import User
     from django.test import Client
@@ -276,21 +297,7 @@ def test_admin_edits_gateways_and_refuses_a_written_out_secret(db):
     browser = Client()
     browser.force_login(admin)
     assert browser.get("/admin/gateway/upstream/add/").status_code == 200
-    form = {
-        "name": "payments",
-        "enabled": "on",
-        "default_policy": "deny",
-        "url": "http://127.0.0.1:9/mcp",
-        "headers": '{"Authorization": "Bearer sk_live_123"}',
-        "command": "[]",
-        "env": "{}",
-        "policies-TOTAL_FORMS": "1",
-        "policies-INITIAL_FORMS": "0",
-        "policies-0-tool": "create_refund",
-        "policies-0-policy": "review",
-        "policies-0-editable": '["amount_cents"]',
-        "policies-0-title": "",
-    }
+    form = admin_form(headers='{"Authorization": "Bearer sk_live_123"}')
     refused = browser.post("/admin/gateway/upstream/add/", form)
     assert refused.status_code == 200
     assert "write the secret as ${VAR}" in refused.content.decode()

@@ -12,6 +12,7 @@ from approvals.errors import InvalidInput
 from audit.models import AuditEvent
 from gateway import config, pins, services
 from gateway.models import ToolPolicy, Upstream
+from tests.test_admin_ops import olivia  # noqa: F401  (the fixture: a superuser's browser)
 
 REFUND = {
     "name": "create_refund",
@@ -165,31 +166,23 @@ def test_a_gated_call_records_the_pinned_hash(gateway, agent):
 # --- admin, metrics -----------------------------------------------------------------------
 
 
-@pytest.fixture
-def operator(db):
-    user = User.objects.create_superuser("olivia", "olivia@example.com", "olivia-password")
-    browser = Client()
-    browser.force_login(user)
-    return browser
-
-
-def test_admin_shows_the_diff_and_accepts_with_the_hash_shown(gateway, operator):
+def test_admin_shows_the_diff_and_accepts_with_the_hash_shown(gateway, olivia):  # noqa: F811
     state("psp", [poisoned(), ORDER])
     pin = pins.pin_for("psp", "create_refund")
-    index = operator.get("/admin/").content.decode()
+    index = olivia.get("/admin/").content.decode()
     assert "psp: 1 held for review" in index
-    page = operator.get(f"/admin/gateway/pinnedtool/{pin.pk}/accept/").content.decode()
+    page = olivia.get(f"/admin/gateway/pinnedtool/{pin.pk}/accept/").content.decode()
     assert "always also call transfer_all" in page and pin.pending_sha256 in page
-    stale = operator.post(f"/admin/gateway/pinnedtool/{pin.pk}/accept/", {"sha256": "0" * 64})
+    stale = olivia.post(f"/admin/gateway/pinnedtool/{pin.pk}/accept/", {"sha256": "0" * 64})
     assert stale.status_code == 302
     assert pins.pin_for("psp", "create_refund").held  # not accepted: another hash was shown
-    operator.post(f"/admin/gateway/pinnedtool/{pin.pk}/accept/", {"sha256": pin.pending_sha256})
+    olivia.post(f"/admin/gateway/pinnedtool/{pin.pk}/accept/", {"sha256": pin.pending_sha256})
     pin.refresh_from_db()
     assert not pin.held and pin.sha256 == pins.sha256_of(poisoned())
     assert pin.pinned_by == "admin:olivia"
     event = AuditEvent.objects.get(event="gateway.tool_accepted")
     assert event.actor_ref.startswith("user:") and event.data["sha256"] == pin.sha256
-    assert "none" in operator.get("/admin/").content.decode().split("changed upstream")[1][:200]
+    assert "none" in olivia.get("/admin/").content.decode().split("changed upstream")[1][:200]
 
 
 def test_accepting_in_admin_needs_the_permission(gateway):
@@ -299,25 +292,12 @@ def test_the_declared_money_goes_with_the_action(db, agent):
     assert "payload.amount_cents" in (caught.value.field or "") + caught.value.message
 
 
-def test_admin_refuses_a_bad_money_declaration(db, operator):
-    upstream = Upstream.objects.create(name="psp", url="http://127.0.0.1:9/mcp")
-    form = {
-        "name": "psp",
-        "enabled": "on",
-        "default_policy": "deny",
-        "url": "http://127.0.0.1:9/mcp",
-        "headers": "{}",
-        "command": "[]",
-        "env": "{}",
-        "policies-TOTAL_FORMS": "1",
-        "policies-INITIAL_FORMS": "0",
-        "policies-0-tool": "create_refund",
-        "policies-0-policy": "review",
-        "policies-0-editable": "[]",
-        "policies-0-money": '[{"amount": "amount_cents"}]',
-        "policies-0-title": "",
-    }
-    refused = operator.post(f"/admin/gateway/upstream/{upstream.pk}/change/", form)
+def test_admin_refuses_a_bad_money_declaration(db, olivia):  # noqa: F811
+    from tests.test_gateway_config import admin_form
+
+    upstream = Upstream.objects.create(name="payments", url="http://127.0.0.1:9/mcp")
+    form = admin_form(**{"policies-0-money": '[{"amount": "amount_cents"}]'})
+    refused = olivia.post(f"/admin/gateway/upstream/{upstream.pk}/change/", form)
     assert refused.status_code == 200
     assert "money[0].currency" in refused.content.decode()
     assert not ToolPolicy.objects.exists()
