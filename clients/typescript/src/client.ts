@@ -98,9 +98,10 @@ const sleep = (ms: number, signal?: AbortSignal) =>
     );
   });
 
-/** A network failure (`fetch` rejects with a TypeError), a 503 or a 429: nothing changed on the server. */
+/** A network failure (`fetch` rejects with a TypeError), a timed-out call, a 503 or a 429: nothing changed on the server. */
 function transient(error: unknown): boolean {
-  return error instanceof ServiceUnavailable || error instanceof RateLimited || error instanceof TypeError;
+  if (error instanceof ServiceUnavailable || error instanceof RateLimited || error instanceof TypeError) return true;
+  return error instanceof Error && error.name === "TimeoutError";
 }
 
 export class Impri {
@@ -178,6 +179,7 @@ export class Impri {
    */
   async awaitDecision(actionId: string, options: AwaitOptions = {}): Promise<Decision> {
     const deadline = options.timeoutS === undefined ? undefined : Date.now() + options.timeoutS * 1000;
+    const path = `/api/v1/actions/${segment(actionId)}/decision`; // a bad id throws here, not retried
     let failures = 0;
     for (;;) {
       const wait = deadline === undefined ? this.pollS : Math.max(0, Math.min(this.pollS, (deadline - Date.now()) / 1000));
@@ -186,7 +188,7 @@ export class Impri {
       try {
         decision = await this.#send<Decision>({
           method: "GET",
-          path: `/api/v1/actions/${segment(actionId)}/decision`,
+          path,
           query: { timeout_s: Math.round(wait * 1000) / 1000 },
           waitS: wait,
           signal: options.signal,

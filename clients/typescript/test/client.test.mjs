@@ -117,6 +117,9 @@ test("typed errors mirror the server's answers", async () => {
   const stranger = new Impri({ baseUrl: url, apiKey: "imp_a_not_a_key" });
   await assert.rejects(stranger.list(), (e) => e instanceof AuthenticationError && e.status === 401);
   assert.throws(() => new Impri({ baseUrl: "127.0.0.1:8000", apiKey: "x" }), TypeError);
+  const started = Date.now();
+  await assert.rejects(impri.awaitDecision("a/b"), TypeError);
+  assert.ok(Date.now() - started < 200, "a bad id is refused at once, not retried as a network error");
 });
 
 test("canonical JSON is RFC 8785's", async () => {
