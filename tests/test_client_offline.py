@@ -251,6 +251,12 @@ def test_other_algorithms_and_garbage_are_refused(signer):
         assert refusal(garbage, PAYLOAD, [signer.jwk]) == "malformed"
 
 
+def test_rfc_9864s_ed25519_alg_verifies_like_eddsa(signer):
+    grant = signer.grant(claims_for(PAYLOAD), alg="Ed25519")
+    assert verify_grant(grant, PAYLOAD, jwks=[signer.jwk]).payload_sha256 == payload_sha256(PAYLOAD)
+    assert refusal(grant, {**PAYLOAD, "amount_cents": 1}, [signer.jwk]) == "payload_mismatch"
+
+
 def test_a_grant_for_another_action_is_refused_when_the_action_is_named(signer):
     grant = signer.grant(claims_for(PAYLOAD, act="act_other"))
     assert refusal(grant, PAYLOAD, [signer.jwk], action_id="act_01") == "wrong_action"

@@ -1,7 +1,7 @@
 """Verify an Impri grant: the signed, single-use permission that comes with an approval.
 
 A grant is a compact JWS (``header.claims.signature``, base64url) signed with
-Ed25519 (``alg: EdDSA``). Its claims bind it to one action (``act``), to the
+Ed25519 (``alg: EdDSA``; RFC 9864's fully specified ``Ed25519`` is accepted too). Its claims bind it to one action (``act``), to the
 SHA-256 of the approved payload (``payload_sha256``), and to an expiry
 (``exp``); ``jti`` is its unique id. Impri publishes the public keys at
 ``{base_url}/.well-known/jwks.json``, so the system that moves money can check
@@ -30,6 +30,9 @@ from .canonical import payload_sha256
 from .errors import ImpriError
 
 __all__ = ["GrantClaims", "InvalidGrant", "fetch_jwks", "verify_grant"]
+
+# Impri signs EdDSA (PyJWT knows no Ed25519 yet); RFC 9864 names the same signature Ed25519.
+ALGORITHMS = ("EdDSA", "Ed25519")
 
 
 class InvalidGrant(ImpriError):
@@ -74,7 +77,7 @@ def verify_grant(
 ) -> GrantClaims:
     """Check ``grant`` against the payload about to be executed; answer its claims or raise.
 
-    1. The header names ``alg: EdDSA`` (anything else, ``none`` included, is refused).
+    1. The header names ``alg: EdDSA`` or ``Ed25519`` (anything else, ``none`` included, is refused).
     2. The signature verifies with the Ed25519 key of the header's ``kid`` in ``jwks``.
     3. ``exp`` is in the future (``leeway_s`` allows for clock skew).
     4. ``payload_sha256`` equals the hash of ``payload`` (see ``canonical_json``).
@@ -85,7 +88,7 @@ def verify_grant(
     """
     _require_cryptography()
     header, claims, signing_input, signature = _split(grant)
-    if header.get("alg") != "EdDSA":
+    if header.get("alg") not in ALGORITHMS:
         raise InvalidGrant("unsupported_alg", f"alg must be EdDSA, got {header.get('alg')!r}")
     key = _find_key(jwks, header.get("kid"))
     _check_signature(key, signature, signing_input)
