@@ -13,10 +13,18 @@ every claim derives from the decided action, so each read of a decision
 returns the same grant.
 
 The signing key comes from ``IMPRI_GRANT_SIGNING_KEY`` (PEM text) or
-``IMPRI_GRANT_SIGNING_KEY_FILE``, else it is generated once into
-``<data dir>/grant-keys/current.pem``. ``impri grantkey rotate`` replaces the
-generated key and keeps the retired public key published, so grants signed
-before the rotation still verify until the operator removes it.
+``IMPRI_GRANT_SIGNING_KEY_FILE`` (``impri grantkey new`` makes one), else it is
+generated once into ``<data dir>/grant-keys/current.pem``. ``impri grantkey
+rotate`` replaces the generated key and keeps the retired public key published,
+so grants signed before the rotation still verify until the operator removes it.
+
+Every process publishes the public half of the key it signs with to the
+database when it starts (:func:`publish`, ``impri.models.GrantSigningKey``);
+the JWKS lists every published key that is not retired, so replicas that
+each generated their own key still verify each other's grants. They should
+share one all the same: :func:`keys_signing` counts the keys still signing,
+and the system check ``impri.W003``, ``/readyz``, ``/metrics`` and the admin
+index report more than one.
 """
 
 from __future__ import annotations
@@ -24,7 +32,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 import os
+import socket
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +43,10 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from django.conf import settings
+from django.db import DatabaseError, IntegrityError, transaction
+from django.utils import timezone
+
+logger = logging.getLogger(__name__)
 
 ALGORITHM = "EdDSA"
 _lock = threading.Lock()
@@ -47,6 +61,7 @@ class GrantError(Exception):
 class SigningKey:
     private: Ed25519PrivateKey
     kid: str
+    source: str = ""
 
 
 def _b64(raw: bytes) -> str:
@@ -98,6 +113,19 @@ def _write_new(path: Path, key: Ed25519PrivateKey) -> bool:
     return True
 
 
+def new_pem() -> str:
+    """A new Ed25519 signing key as PEM text (``impri grantkey new``): no database, no files."""
+    return _pem(Ed25519PrivateKey.generate()).decode()
+
+
+def _source() -> str:
+    if settings.IMPRI_GRANT_SIGNING_KEY:
+        return "IMPRI_GRANT_SIGNING_KEY"
+    if settings.IMPRI_GRANT_SIGNING_KEY_FILE:
+        return f"IMPRI_GRANT_SIGNING_KEY_FILE={settings.IMPRI_GRANT_SIGNING_KEY_FILE}"
+    return f"generated in {key_dir()} on {socket.gethostname()}"
+
+
 def signing_key() -> SigningKey:
     with _lock:
         cached = _cache.get("signing")
@@ -110,9 +138,68 @@ def signing_key() -> SigningKey:
                 pem = path.read_bytes()
             private = _load_pem(pem)
             cached = _cache["signing"] = SigningKey(
-                private, public_jwk(private.public_key())["kid"]
+                private, public_jwk(private.public_key())["kid"], _source()
             )
         return cached  # type: ignore[return-value]
+
+
+def publish() -> str:
+    """Publish the public half of this process's signing key (at start); returns its kid.
+
+    Idempotent, and safe when replicas start together. Publishing a key that was
+    retired brings it back: a process that signs with it needs it verifiable.
+    """
+    from impri.models import GrantSigningKey
+
+    key = signing_key()
+    jwk = public_jwk(key.private.public_key())
+    now = timezone.now()
+    fields = {"last_published_at": now, "retired_at": None, "source": key.source[:300]}
+    for _ in range(2):
+        if GrantSigningKey.objects.filter(kid=key.kid).update(**fields):
+            break
+        try:
+            with transaction.atomic():
+                GrantSigningKey.objects.create(kid=key.kid, jwk=jwk, published_at=now, **fields)
+            break
+        except IntegrityError:  # another replica published it in between: update it
+            continue
+    return key.kid
+
+
+def publish_at_start() -> None:
+    """:func:`publish` for a starting process: a database that is not ready is one warning."""
+    try:
+        publish()
+    except DatabaseError as exc:
+        logger.warning("grant signing key not published (run impri migrate): %s", exc)
+
+
+def _published() -> list:
+    from impri.models import GrantSigningKey
+
+    return list(GrantSigningKey.objects.filter(retired_at__isnull=True))
+
+
+def keys_signing() -> list[str]:
+    """The kids of keys that still sign: published, neither rotated out nor retired, and ours."""
+    kids = [row.kid for row in _published() if row.superseded_at is None]
+    own = signing_key().kid
+    return kids if own in kids else [own, *kids]
+
+
+def several_keys_problem() -> str | None:
+    """One line for operators when replicas sign with different keys, else None."""
+    kids = keys_signing()
+    if len(kids) < 2:
+        return None
+    return (
+        f"{len(kids)} different grant signing keys are in use ({', '.join(kids)}): the "
+        "replicas do not share IMPRI_GRANT_SIGNING_KEY_FILE. Grants still verify everywhere "
+        "(the JWKS lists every key), but give every process the same key "
+        "(impri grantkey new > grant_key), restart them, then retire the others with "
+        "impri grantkey retire -- KID once their grants have expired."
+    )
 
 
 def retired_public_keys() -> list[Ed25519PublicKey]:
@@ -124,10 +211,33 @@ def retired_public_keys() -> list[Ed25519PublicKey]:
     return keys
 
 
+def verifying_keys() -> dict[str, Ed25519PublicKey]:
+    """Every key a grant of this deployment may be signed with, by kid: ours first."""
+    keys = {signing_key().kid: signing_key().private.public_key()}
+    for public in retired_public_keys():
+        keys.setdefault(public_jwk(public)["kid"], public)
+    for row in _published():
+        if row.kid not in keys:
+            raw = base64.urlsafe_b64decode(row.jwk["x"] + "=" * (-len(row.jwk["x"]) % 4))
+            keys[row.kid] = Ed25519PublicKey.from_public_bytes(raw)
+    return keys
+
+
 def jwks() -> dict:
     """The public keys an executor verifies grants with: the current one first."""
-    current = signing_key().private.public_key()
-    return {"keys": [public_jwk(k) for k in [current, *retired_public_keys()]]}
+    return {"keys": [public_jwk(k) for k in verifying_keys().values()]}
+
+
+def retire(kid: str) -> None:
+    """Stop publishing ``kid`` (its grants no longer verify); never this process's own key."""
+    from impri.models import GrantSigningKey
+
+    if kid == signing_key().kid:
+        raise ValueError(f"{kid} is the key this process signs with: it cannot be retired here")
+    if not GrantSigningKey.objects.filter(kid=kid).update(retired_at=timezone.now()):
+        raise ValueError(f"no published grant signing key {kid} (impri grantkey list)")
+    for path in key_dir().glob(f"retired-{kid}.pub.pem"):
+        path.unlink()
 
 
 def forget_keys() -> None:
@@ -154,6 +264,14 @@ def rotate() -> tuple[str, str]:
     _write_new(tmp, new)
     os.replace(tmp, directory / "current.pem")
     forget_keys()
+    try:
+        from impri.models import GrantSigningKey
+
+        with transaction.atomic():
+            publish()
+            GrantSigningKey.objects.filter(kid=old.kid).update(superseded_at=timezone.now())
+    except DatabaseError as exc:  # not migrated yet: the servers publish the key when they start
+        logger.warning("the new grant key is not published yet: %s", exc)
     return old.kid, signing_key().kid
 
 
@@ -192,9 +310,7 @@ def check(grant: str, action) -> dict:
         header = jwt.get_unverified_header(grant)
     except jwt.PyJWTError as exc:
         raise GrantError(f"grant is not a compact JWS ({exc})") from None
-    keys = {public_jwk(k)["kid"]: k for k in [signing_key().private.public_key()]}
-    keys.update({public_jwk(k)["kid"]: k for k in retired_public_keys()})
-    public = keys.get(header.get("kid"))
+    public = verifying_keys().get(header.get("kid"))
     if public is None:
         raise GrantError("grant was not signed by one of this server's keys")
     try:

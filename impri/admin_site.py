@@ -93,7 +93,7 @@ class ImpriAdminSite(admin.AdminSite):
 
 
 def status() -> dict:
-    from approvals import faults
+    from approvals import faults, grants
 
     now = timezone.now()
     head, verified = ops.chain()
@@ -108,6 +108,8 @@ def status() -> dict:
         "verified": verified,
         "verify_every_s": settings.IMPRI_AUDIT_VERIFY_EVERY_S,
         "retention_days": settings.IMPRI_RETENTION_DAYS,
+        "grant_keys": grants.keys_signing(),
+        "grant_keys_problem": grants.several_keys_problem(),
     }
 
 

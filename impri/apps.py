@@ -7,11 +7,15 @@ class ImpriConfig(AppConfig):
 
     ``serve``, ``worker``, ``beat``, ``mcp``, ``waitdb`` and ``backup`` start or look after
     the whole deployment, not one app's models, so they live here rather than in ``approvals``.
-    It has no models.
+    Its one model, ``GrantSigningKey``, is what each process publishes about itself
+    (``impri/models.py``).
     """
 
     name = "impri"
     verbose_name = "Impri"
+
+    def ready(self) -> None:
+        from . import checks  # noqa: F401  (registers impri.W003: replicas' grant keys differ)
 
 
 class ImpriAdminConfig(AdminConfig):

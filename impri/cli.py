@@ -17,6 +17,9 @@ from impri.settings_env import env
 
 # Long-running commands whose database pool is sized by role (impri/settings.py).
 ROLES = ("serve", "worker", "beat", "mcp")
+# Where system-check warnings (impri.W001...) are printed: when a long-running process starts,
+# and when asked (`impri check`). Elsewhere (`impri rules import`, `impri token`...) only errors.
+WARN_ON = ("serve", "worker", "beat", "check")
 IMPRI_APPS = ("impri", "approvals", "rules", "audit", "inbox", "gateway", "slackapp", "twofactor")
 HELP_ARGS = ([], ["help"], ["--help"], ["-h"])
 
@@ -34,6 +37,12 @@ def main(argv: list[str] | None = None) -> None:
     if args in (["--version"], ["version"]):
         print(f"impri {version()}")
         return
+    if args == ["grantkey", "new"]:
+        # Before the settings: no database, no data directory (the README's secrets step).
+        from approvals.grants import new_pem
+
+        sys.stdout.write(new_pem())
+        return
     if args and args[0] in ROLES:
         os.environ.setdefault("IMPRI_PROCESS_ROLE", args[0])
     if args[:1] == ["mcp"]:
@@ -46,6 +55,8 @@ def main(argv: list[str] | None = None) -> None:
     if args in HELP_ARGS:
         print(help_text())
         return
+    if not args or args[0] not in WARN_ON:
+        _errors_only_from_checks()
     from django.core.management import execute_from_command_line
 
     execute_from_command_line(["impri", *args])
@@ -65,6 +76,18 @@ def _load_settings() -> None:
         settings.INSTALLED_APPS  # noqa: B018  (the first access reads impri/settings.py)
     except ImproperlyConfigured as exc:
         _fail(str(exc))
+
+
+def _errors_only_from_checks() -> None:
+    """System checks still stop a command on an error; their warnings wait for `impri serve`."""
+    from django.core import checks
+
+    run_checks = checks.run_checks
+
+    def serious_only(*args, **kwargs):
+        return [message for message in run_checks(*args, **kwargs) if message.is_serious()]
+
+    checks.run_checks = serious_only
 
 
 def _refuse_a_fresh_database() -> None:

@@ -33,7 +33,17 @@ async def readyz(request):
     if checks["database"] == "ok":
         # Detail only: an unreachable upstream does not take Impri out of service.
         body["gateways"] = await dbexec.run(gateway_states)
+        body["grant_signing_keys"] = await dbexec.run(_grant_keys)
     return JsonResponse(body, status=200 if ready else 503)
+
+
+def _grant_keys() -> dict:
+    """Detail only (replicas signing with different keys still verify each other's grants)."""
+    detail: dict = {"count": len(grants.keys_signing())}
+    problem = grants.several_keys_problem()
+    if problem:
+        detail["warning"] = problem
+    return detail
 
 
 async def _check_database() -> str:

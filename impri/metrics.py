@@ -104,6 +104,7 @@ class DatabaseCollector:
         yield from outbox(now)
         yield from audit_chain()
         yield from budgets(now)
+        yield from grant_signing_keys()
         yield from gateway_tools_changed()
 
 
@@ -282,6 +283,16 @@ def gateway_tools_changed():
     for name, count in sorted(pins.held_counts().items()):
         held.add_metric([name], float(count))
     yield held
+
+
+def grant_signing_keys():
+    from approvals import grants
+
+    yield GaugeMetricFamily(
+        "impri_grant_signing_keys",
+        "Keys that sign approval grants in this deployment (more than 1: replicas disagree).",
+        value=len(grants.keys_signing()),
+    )
 
 
 def budgets(now):

@@ -13,16 +13,31 @@ from audit.models import ActorType
 
 class Command(BaseCommand):
     help = (
-        "Show or rotate the key that signs approval grants. `show` prints the published "
-        "JWKS; `rotate` replaces a generated key (the retired public key stays published)."
+        "The key that signs approval grants. `new` prints a new key (PEM) to share across "
+        "replicas (IMPRI_GRANT_SIGNING_KEY_FILE; needs no database); `show` prints the "
+        "published JWKS; `list` the published keys; `rotate` replaces a generated key (the "
+        "old public key stays published); `retire KID` stops publishing one."
     )
+    requires_system_checks = []  # `new` runs before any database exists (README, Compose)
 
     def add_arguments(self, parser):
-        parser.add_argument("verb", choices=["show", "rotate"])
+        parser.add_argument("verb", choices=["new", "show", "list", "rotate", "retire"])
+        parser.add_argument(
+            "kid", nargs="?", help="retire: the key id (impri grantkey list); put -- before it"
+        )
 
-    def handle(self, *args, verb: str, **options):
+    def handle(self, *args, verb: str, kid: str | None = None, **options):
+        if verb == "new":
+            self.stdout.write(grants.new_pem(), ending="")
+            return
         if verb == "show":
             self.stdout.write(json.dumps(grants.jwks(), indent=2))
+            return
+        if verb == "list":
+            self._list()
+            return
+        if verb == "retire":
+            self._retire(kid)
             return
         try:
             with transaction.atomic():
@@ -40,3 +55,33 @@ class Command(BaseCommand):
             "Restart the running servers so they sign with the new key."
         )
         self.stdout.write(new)
+
+    def _list(self) -> None:
+        from impri.models import GrantSigningKey
+
+        own = grants.signing_key().kid
+        for row in GrantSigningKey.objects.all():
+            state = (
+                "retired" if row.retired_at else "rotated out" if row.superseded_at else "signing"
+            )
+            mine = " (this process)" if row.kid == own else ""
+            self.stdout.write(
+                f"{row.kid}  {state}{mine}  published {row.published_at:%Y-%m-%d %H:%M} UTC, "
+                f"last {row.last_published_at:%Y-%m-%d %H:%M} UTC  {row.source}"
+            )
+
+    def _retire(self, kid: str | None) -> None:
+        if not kid:
+            raise CommandError("name the key to retire: impri grantkey retire -- KID (see impri grantkey list; the -- lets a KID start with -)")
+        try:
+            with transaction.atomic():
+                grants.retire(kid)
+                audit.record(
+                    "grant.key_retired",
+                    actor_type=ActorType.SYSTEM,
+                    actor_id=f"cli:{getpass.getuser()}",
+                    data={"kid": kid},
+                )
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        self.stderr.write(f"{kid} is no longer published: grants it signed no longer verify.")

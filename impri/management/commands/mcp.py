@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
@@ -40,6 +41,9 @@ class Command(BaseCommand):
                 "and put it in the MCP server's environment"
             )
         principal = _authenticate(raw)
+        from approvals import grants
+
+        grants.publish_at_start()  # this process signs the grants of the decisions it returns
         if principal is None:
             raise CommandError(
                 "IMPRI_API_KEY is not a valid agent key (unknown, revoked, or its agent is "
@@ -49,6 +53,12 @@ class Command(BaseCommand):
             raise CommandError(
                 "IMPRI_API_KEY is a reviewer token; `impri mcp` needs an agent key "
                 "from `impri createagent NAME`"
+            )
+        if settings.DATABASE_URL and not settings.REDIS_URL:
+            self.stderr.write(
+                "warning: DATABASE_URL is set but REDIS_URL is not: a decision made in `impri "
+                "serve` reaches this agent only by the re-read every "
+                f"{settings.IMPRI_AWAIT_REREAD_S:g} s; give this process the REDIS_URL serve uses"
             )
         if gateway:
             from gateway.proxy import build_gateway_server

@@ -3,12 +3,13 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
+import logging
 
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
-from approvals import services
+from approvals import grants, services
 from impri import cli, eventloop, storage
 
 
@@ -50,21 +51,78 @@ class Command(BaseCommand):
         if not no_migrate:
             call_command("migrate", interactive=False, verbosity=0)
         services.default_group()
+        grants.publish_at_start()  # replicas verify each other's grants (approvals/grants.py)
         if settings.CELERY_TASK_ALWAYS_EAGER if ticker is None else ticker:
             embedded_ticker.install_in_reactor()
         # Banners go to stderr with the logs; stdout stays empty (docs/ARCHITECTURE.md).
         loop = eventloop.name_of(daphne.server.twisted_loop)
-        self.stderr.write(f"Impri {cli.version()}: {storage.describe()}; event loop {loop}")
-        self.stderr.write(
-            f"Impri is listening on http://{host}:{port}/ (inbox at /inbox/, API at /api/v1/)"
+        listening = Listening(
+            self.stderr,
+            [
+                f"Impri {cli.version()}: {storage.describe()}; event loop {loop}",
+                f"Impri is listening on http://{host}:{port}/ (inbox at /inbox/, API at /api/v1/)",
+            ],
+            host,
+            port,
         )
-        self.stderr.flush()
+        listening.install(daphne.server.Server)
         shutdown.install(reactor)
         # -v 0: no daphne access log on stdout; impri.logs.AccessLog logs each request.
         daphne_args = ["-v", "0", "-e", listen_endpoint(host, port, settings.IMPRI_LISTEN_BACKLOG)]
         if proxy_headers:
             daphne_args.append("--proxy-headers")
-        CommandLineInterface().run([*daphne_args, "impri.asgi:application"])
+        try:
+            CommandLineInterface().run([*daphne_args, "impri.asgi:application"])
+        except SystemExit:  # daphne's exit(1) when it could not listen
+            if not listening.failed:
+                raise
+        if listening.failed:
+            raise CommandError(listening.failed, returncode=2)
+
+
+class Listening:
+    """Say "listening" once the socket is bound, and say what to do when it cannot be.
+
+    Daphne logs its own start-up at INFO ("Starting server at", "HTTP/2 support not
+    enabled", "Configuring endpoint"...), and a port in use as a CRITICAL line: below IMPRI_LOG_LEVEL=DEBUG
+    its INFO lines are dropped, and the port's error names the fix instead.
+    """
+
+    def __init__(self, stderr, banner: list[str], host: str, port: int):
+        self.stderr, self.banner, self.host, self.port = stderr, banner, host, port
+        self.failed = ""
+
+    def install(self, server_class) -> None:
+        daphne_log = logging.getLogger("daphne")
+        if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+            daphne_log.setLevel(logging.WARNING)
+        listening = self
+
+        def listen_success(server, port) -> None:
+            if hasattr(port, "getHost"):
+                address = port.getHost()
+                server.listening_addresses.append((address.host, address.port))
+            for line in listening.banner:
+                listening.stderr.write(line)
+            listening.stderr.flush()
+
+        def listen_error(server, failure) -> None:
+            from twisted.internet.error import CannotListenError
+
+            reason = failure.getErrorMessage()
+            if isinstance(failure.value, CannotListenError) and isinstance(
+                failure.value.socketError, OSError
+            ):
+                reason = failure.value.socketError.strerror or reason
+            listening.failed = (
+                f"cannot listen on {listening.host}:{listening.port} ({reason}). Choose "
+                f"another port with --port {listening.port + 1} or IMPRI_PORT={listening.port + 1}"
+                ", or stop what is using it."
+            )
+            server.stop()
+
+        server_class.listen_success = listen_success
+        server_class.listen_error = listen_error
 
 
 def listen_endpoint(host: str, port: int, backlog: int) -> str:

@@ -22,6 +22,9 @@ def start_background_process(command: str, stderr, loglevel: str | None) -> None
     if loglevel:
         logging.getLogger().setLevel(loglevel.upper())
     stderr.write(f"Impri {command}: {storage.describe()}")
+    from approvals import grants
+
+    grants.publish_at_start()
     # Celery prints its banner to stdout; everything of a background process goes to stderr.
     sys.stdout.flush()
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
