@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 
 import anyio
@@ -421,3 +423,17 @@ async def test_stdio_gateway_in_scaled_mode_hears_the_decision_within_a_second(
     assert not outcome["result"].is_error, text(outcome["result"])
     assert outcome["at"] - decided < 1.0, outcome["at"] - decided
     assert json.dumps(calls(upstreams["open"].log, "create_refund")).count("STDIO-1") == 1
+
+
+@pytest.mark.skipif(not os.environ.get("DATABASE_URL"), reason="scaled mode: needs DATABASE_URL")
+def test_stdio_without_redis_in_scaled_mode_says_decisions_will_come_late(deployment, server, keys):
+    env = {k: v for k, v in deployment.env.items() if k != "REDIS_URL"}
+    started = subprocess.run(
+        [sys.executable, "-m", "impri", "mcp", "--gateway", "open"],
+        env={**env, "IMPRI_API_KEY": keys["agent"]},
+        input="",  # no client: the server ends at once
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "REDIS_URL is not" in started.stderr and "re-read every 2 s" in started.stderr
