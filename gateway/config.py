@@ -53,7 +53,9 @@ def parse_yaml(text: str) -> list[Parsed]:
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"(file): not YAML: {str(exc).replace(chr(10), ' ')}") from None
+        from impri import yaml_errors  # line, column and the offending line
+
+        raise ConfigError(yaml_errors.describe(exc, text)) from None
     if isinstance(document, dict) and set(document) == {"gateways"}:
         document = document["gateways"]
     if document is None:

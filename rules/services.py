@@ -82,7 +82,11 @@ def parse_yaml(text: str) -> list[engine.Rule]:
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise engine.RuleError("(file)", "yaml", str(exc).replace("\n", " ")) from None
+        from impri import yaml_errors  # line, column and the offending line
+
+        error = engine.RuleError("(file)", "yaml", "")
+        error.args = (yaml_errors.describe(exc, text),)
+        raise error from None
     if isinstance(document, dict) and set(document) == {"rules"}:
         document = document["rules"]
     if document is None:

@@ -80,6 +80,12 @@ class Command(BaseCommand):
             text = sys.stdin.read() if path == "-" else _read(path)
             return text.splitlines()[0] if text.strip() else None
         if options["password_prompt"]:
+            if not sys.stdin.isatty():  # docker exec without -t, CI: getpass would end in EOFError
+                raise CommandError(
+                    "--password-prompt needs a terminal; without one use --password-file PATH "
+                    f"('-' reads standard input) or set {PASSWORD_ENV}",
+                    returncode=2,
+                )
             first = getpass.getpass("Password: ")
             if first != getpass.getpass("Password (again): "):
                 raise CommandError("the passwords differ")

@@ -6,6 +6,7 @@ from datetime import datetime
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 from django.utils.dateparse import parse_datetime
 
 from audit import export, log
@@ -39,7 +40,12 @@ class Command(BaseCommand):
     def _verify(self, checkpoints: str | None, **options):
         pins = _read_checkpoints(checkpoints) if checkpoints else []
         # Recorded as a full run: routine checks (GET /api/v1/audit/verify) start after it.
-        result = log.verify_full_now(by="cli", checkpoints=pins)
+        try:
+            result = log.verify_full_now(by="cli", checkpoints=pins)
+        except DatabaseError as exc:  # the table is gone or unreadable: a verdict, not a traceback
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            self.stderr.write(f"BROKEN: the audit log cannot be read ({reason})")
+            sys.exit(1)
         if result.ok:
             suffix = f", {len(pins)} checkpoint(s) hold" if pins else ""
             self.stdout.write(f"ok: {result.checked} event(s), chain intact{suffix}")
