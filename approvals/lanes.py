@@ -9,8 +9,11 @@ an agent naming many such receivers, holds at most that many threads for one
 timeout each, and everyone else's rows go out beside them.
 
 A sweep reads due rows oldest first, interleaved by their first key (each
-destination's oldest row, then each one's second, ...), claims what fits its
-keys' limits and sends it:
+destination's oldest row, then each one's second, ...) and, within one
+destination, taking turns between its other keys (agents): an agent with rows
+in flight goes after one without, so one agent's dozen slow callbacks to a
+host never hold another agent's callback to that host behind all of them. It
+claims what fits its keys' limits and sends it:
 
 * **inline** (``background=False``): on the caller's thread, one after the
   other, round after round until nothing due is left. Tests and one-off calls
@@ -55,13 +58,24 @@ def per_destination() -> int:
     return settings.IMPRI_DELIVERY_PER_DESTINATION
 
 
-def fair_order(rows: Iterable[Row]) -> list[Row]:
-    """Round-robin over first keys, keeping each key's own order (oldest first)."""
-    seen: Counter[str] = Counter()
-    ranked = []
+def fair_order(rows: Iterable[Row], in_flight: Counter[str] | None = None) -> list[Row]:
+    """Round-robin over first keys; within one, turns between the other keys; oldest first.
+
+    A row's turn within its destination counts what its other key (the agent) already
+    has in flight (``in_flight``) and the rows of it before this one.
+    """
+    in_flight = in_flight or Counter()
+    turns: Counter[tuple[str, str]] = Counter()
+    by_destination: dict[str, list] = {}
     for position, (pk, keys) in enumerate(rows):
-        ranked.append((seen[keys[0]], position, (pk, keys)))
-        seen[keys[0]] += 1
+        owner = keys[1] if len(keys) > 1 else ""
+        turn = (in_flight[owner] if owner else 0) + turns[keys[0], owner]
+        turns[keys[0], owner] += 1
+        by_destination.setdefault(keys[0], []).append((turn, position, (pk, keys)))
+    ranked = []
+    for items in by_destination.values():
+        items.sort(key=lambda item: item[:2])
+        ranked += [(index, position, row) for index, (_, position, row) in enumerate(items)]
     return [row for _, _, row in sorted(ranked, key=lambda item: item[:2])]
 
 
@@ -119,6 +133,10 @@ class Lane:
         with self.lock:
             return list(self.claimed)
 
+    def in_flight(self) -> Counter[str]:
+        with self.lock:
+            return Counter(self.active)
+
     def claim(
         self, rows: list[Row], most: int, skip: set[str], background: bool = False
     ) -> list[Row]:
@@ -174,7 +192,7 @@ class Lane:
         attempt and returns an outcome.
         """
         if background:
-            rows = fair_order(read(self.claimed_now(), limit * 4))
+            rows = fair_order(read(self.claimed_now(), limit * 4), self.in_flight())
             picked = self.claim(rows, limit, set(), background=True)
             for pk, keys in picked:
                 self._pool.submit(self._run, send, pk, keys)
@@ -182,7 +200,7 @@ class Lane:
         attempted, unreachable, rounds = 0, set(), 0
         while attempted < limit and rounds < limit:
             rounds += 1
-            rows = fair_order(read([], (limit - attempted) * 4))
+            rows = fair_order(read([], (limit - attempted) * 4), self.in_flight())
             picked = self.claim(rows, limit - attempted, unreachable)
             if not picked:
                 break

@@ -134,10 +134,17 @@ class TestWhoMayDecide:
     def test_an_agent_key_can_never_reject(self, action, agent):
         assert agent.client().post(f"/actions/{action.pk}/reject").status_code == 403
 
-    def test_a_reviewer_outside_the_routed_group_gets_403(self, action, mallory):
+    def test_a_reviewer_outside_the_routed_group_gets_the_404_of_an_unknown_id(
+        self, action, mallory
+    ):
         response = mallory.client().post(f"/actions/{action.pk}/approve")
-        assert response.status_code == 403
-        assert "reviewers" in response.json()["detail"]
+        unknown = mallory.client().post("/actions/act_000000000000000000000000/approve")
+        assert response.status_code == unknown.status_code == 404
+        assert "reviewers" not in response.json()["detail"]
+        assert response.json()["code"] == unknown.json()["code"]
+        for verdict in ("reject", "request-changes"):
+            body = {"note": "no"}
+            assert mallory.client().post(f"/actions/{action.pk}/{verdict}", body).status_code == 404
         action.refresh_from_db()
         assert action.status == ActionStatus.PENDING
 
@@ -145,7 +152,7 @@ class TestWhoMayDecide:
         # Permission is checked before the state: a 409 would tell mallory it was decided.
         assert rita.client().post(f"/actions/{action.pk}/approve").status_code == 200
         response = mallory.client().post(f"/actions/{action.pk}/reject", {"note": "no"})
-        assert response.status_code == 403
+        assert response.status_code == 404
         assert "approved" not in response.json()["detail"]
 
     def test_the_answer_to_a_decision_is_the_row_as_stored(self, action, rita):

@@ -122,13 +122,13 @@ class TestEditBounds:
 
 
 class TestRouting:
-    def test_a_reviewer_outside_the_routed_group_gets_403(self, agent, seed_rules, rita):
+    def test_a_reviewer_outside_the_routed_group_gets_404(self, agent, seed_rules, rita):
         action_id = push(agent, refund(20000))["action_id"]
         response = rita.client().post(
             f"/actions/{action_id}/approve"
         )  # rita reviews the default group only
-        assert response.status_code == 403
-        assert "support-leads" in response.json()["detail"]
+        assert response.status_code == 404
+        assert "support-leads" not in response.json()["detail"]
 
     def test_the_decision_records_the_rule_and_its_version(self, agent, seed_rules, lead):
         action_id = push(agent, refund(20000))["action_id"]

@@ -388,7 +388,7 @@ def test_an_outsider_learns_nothing_from_step_up(agent, mallory, step_up):
     mallory_key = ApiKey.objects.get(user=mallory.user)
     ApiKey.objects.filter(pk=mallory_key.pk).update(is_service=True)
     response = mallory.client().post(f"/actions/{action.pk}/approve")
-    assert response.status_code == 403 and response.json()["code"] == "forbidden"
+    assert response.status_code == 404 and response.json()["code"] == "not_found"
     assert not events("stepup.refused")
 
 

@@ -18,7 +18,7 @@ from ..errors import (
 )
 from ..models import Action, ActionStatus, RejectReason, Review
 from ..schemas import resolve_path
-from .common import _announce, _atomic, _group_name, _refuse_unstorable, payload_sha256
+from .common import _announce, _atomic, _refuse_unstorable, payload_sha256
 from .edits import apply_edits
 from .selectors import _load, can_review
 
@@ -71,11 +71,8 @@ def _decide(action_id, by, verdict, edits, note, reason, idempotency_key, approv
     with _atomic():
         # Locked first, checked under the lock: one read of the row, not two.
         action = _lock(action_id)
-        if not can_review(by, action):
-            raise Forbidden(
-                f"you are not a reviewer in the group {_group_name(action)} "
-                "that this action is routed to"
-            )
+        if not can_review(by, action):  # 404 like an unknown id: no word on other groups
+            raise ActionNotFound(action_id)
         if idempotency_key and _is_retry(action, by, verdict, edits, idempotency_key):
             return action
         if action.is_settled:
@@ -131,11 +128,8 @@ def request_changes(action_id: str, *, by, note: str, idempotency_key: str | Non
     _refuse_unstorable(note=note)
     with _atomic():
         action = _lock(action_id)
-        if not can_review(by, action):
-            raise Forbidden(
-                f"you are not a reviewer in the group {_group_name(action)} "
-                "that this action is routed to"
-            )
+        if not can_review(by, action):  # 404 like an unknown id: no word on other groups
+            raise ActionNotFound(action_id)
         verdict = Review.Verdict.CHANGES
         if idempotency_key and _is_retry(action, by, verdict, {}, idempotency_key):
             return action
