@@ -18,13 +18,13 @@ pytestmark = pytest.mark.e2e
 
 PAYLOADS = {
     "small ints": {"a": 1, "b": -42, "c": 0, "amount_cents": 8400},
-    "2^63": {"n": 2**63, "m": -(2**63), "k": 2**63 - 1},
-    "beyond 2^53": {"n": 2**53 + 1},
+    # A payload is I-JSON (RFC 7493): integers within ±(2^53 - 1); larger ones are refused.
+    "largest safe": {"n": 2**53 - 1, "m": -(2**53 - 1)},
     "0.1": {"x": 0.1, "y": 0.30000000000000004},
-    "1e16": {"x": 1e16},
+    "1e15": {"x": 1e15},
     "-0.0": {"x": -0.0},
     "integral float": {"x": 1.0, "y": 250.0},
-    "tiny and large": {"x": 1e-7, "y": 1e20, "z": 123.456, "w": 999999999999999999999},
+    "tiny and large": {"x": 1e-7, "y": 4.5e15, "z": 123.456, "w": 9007199254740991.0},
     "nested": {
         "lines": [
             {"qty": 2, "price": 9.99},
@@ -77,3 +77,12 @@ def test_client_and_server_hash_a_payload_alike(server_hashes, name):
     # The stored payload may come back in another number form (jsonb): same hash.
     assert payload_sha256(read_back) == client_hash
     assert server_hash == client_hash
+
+
+@pytest.mark.parametrize("number", [2**53, 2**63, -(2**63), 1e16, 999999999999999999999])
+def test_a_payload_number_beyond_i_json_is_refused_naming_its_path(live, number):
+    from impri_client.errors import ValidationError
+
+    with Impri(live.url, live.agent_key) as impri, pytest.raises(ValidationError) as refused:
+        impri.push(kind="test.hash", title="too big", preview="-", payload={"n": {"k": number}})
+    assert refused.value.field == "payload.n.k"

@@ -160,7 +160,7 @@ def test_the_page_shows_the_figures_as_svg_under_the_csp(history, lead):
     assert 'data-figure="pushed">10<' in html
     assert 'data-figure="median">5 min<' in html  # 300 s
     assert 'data-figure="p90">20 min<' in html  # 1200 s
-    assert "10.00 EUR" in html and "114.00 USD" in html
+    assert "€10.00 EUR" in html and "$114.00 USD" in html
     assert 'data-figure="stale">1<' in html
     assert "style=" not in html and "<script>" not in html
     assert 'aria-current="page">Dashboard' in html

@@ -63,7 +63,7 @@ def test_a_finance_lead_sees_the_charts_drawn_under_the_csp(chromium, server, ke
         page.get_by_role("button", name="Log in").click()
         expect(page).to_have_url(re.compile(r"/inbox/dashboard/$"))
         expect(page.locator('[data-figure="pushed"]')).to_have_text("2")
-        expect(page.locator('[data-figure="refunded"]')).to_have_text("84.00 USD")
+        expect(page.locator('[data-figure="refunded"]')).to_have_text("$84.00 USD")
         # Bars are drawn and coloured by inbox.css (an unstyled SVG rect is black).
         bar = page.locator("rect.bar-approved").first
         expect(bar).to_be_visible()
