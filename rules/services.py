@@ -77,8 +77,11 @@ def current_rules() -> LoadedRules:
 # --- YAML ---------------------------------------------------------------------------
 
 
-def parse_yaml(text: str) -> list[engine.Rule]:
-    """Parse a rule file (``rules: [...]`` or a bare list); RuleError names the bad part."""
+def parse_file(text: str) -> RuleFile:
+    """Parse a rules file (``{rules: [...], kinds: {...}}``, or a bare list of rules).
+
+    RuleError (KindError for ``kinds:``) names the bad part.
+    """
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -87,16 +90,27 @@ def parse_yaml(text: str) -> list[engine.Rule]:
         error = engine.RuleError("(file)", "yaml", "")
         error.args = (yaml_errors.describe(exc, text),)
         raise error from None
-    if isinstance(document, dict) and set(document) == {"rules"}:
-        document = document["rules"]
+    declared = {}
+    if isinstance(document, dict) and set(document) <= {"rules", "kinds"}:
+        declared = kinds_.parse_kinds(document.get("kinds"))
+        document = document.get("rules")
     if document is None:
         document = []
-    return engine.parse_rules(document)
+    return RuleFile(engine.parse_rules(document), declared)
+
+
+def parse_yaml(text: str) -> list[engine.Rule]:
+    """The rules of a rules file (see ``parse_file``)."""
+    return parse_file(text).rules
 
 
 def export_yaml() -> str:
     specs = [rule.as_spec() for rule in Rule.objects.in_order()]
-    return yaml.safe_dump({"rules": specs}, sort_keys=False, allow_unicode=True)
+    document: dict = {"rules": specs}
+    declared = RuleSet.objects.filter(pk=1).values_list("kinds", flat=True).first()
+    if declared:
+        document["kinds"] = declared
+    return yaml.safe_dump(document, sort_keys=False, allow_unicode=True)
 
 
 # --- Changes --------------------------------------------------------------------------
