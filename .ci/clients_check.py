@@ -310,10 +310,7 @@ def main() -> int:
         agent_key = deployment.last_word("createagent", "ts-bot")
         deployment.impri("createreviewer", "rita")
         reviewer_key = deployment.last_word("token", "rita")
-        secret = deployment.impri(
-            "shell", "-c",
-            "from approvals.models import Agent; print(Agent.objects.get(name='ts-bot').webhook_secret)",
-        ).stdout.split()[-1]  # fmt: skip
+        secret = deployment.last_word("webhooksecret", "ts-bot")
         url = server.url
 
         started = step("openapi-python-client: generate from the live document, then use it")

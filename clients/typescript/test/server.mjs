@@ -68,11 +68,7 @@ export async function startServer() {
   const agentKey = lastWord("createagent", "ts-bot");
   impri("createreviewer", "rita");
   const reviewerKey = lastWord("token", "rita");
-  const secret = impri(
-    "shell",
-    "-c",
-    "from approvals.models import Agent; print(Agent.objects.get(name='ts-bot').webhook_secret)",
-  ).trim().split("\n").pop();
+  const secret = lastWord("webhooksecret", "ts-bot");
   return {
     env: { IMPRI_URL: url, IMPRI_AGENT_KEY: agentKey, IMPRI_REVIEWER_KEY: reviewerKey, IMPRI_WEBHOOK_SECRET: secret },
     stop() {
