@@ -53,7 +53,7 @@ OIDC_CALLBACK_CLASS = "impri.oidc.SsoCallbackView"
 # --- Second factor (docs/2fa.md) -------------------------------------------------
 # Every password login must then pass a TOTP code; users without one enrol first.
 IMPRI_REQUIRE_2FA = envbool("IMPRI_REQUIRE_2FA", "false")
-# Approving an amount (the largest ``…_cents`` value of the payload) at or above
+# Approving an amount (the action's, as approvals.money reads it) at or above
 # this needs a second factor from the last 10 minutes; empty: no step-up.
 IMPRI_STEP_UP_CENTS = envint("IMPRI_STEP_UP_CENTS", "0", minimum=0) or None
 OTP_TOTP_ISSUER = "Impri"
