@@ -27,6 +27,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from .currencies import ISO_4217, MINOR_UNITS
+from .engine import MISSING, lookup
 
 SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£", "JPY": "¥", "INR": "₹", "KRW": "₩"}
 SIGNS = ("positive", "any")
@@ -157,8 +158,6 @@ def _is_path(value: Any, root: str) -> bool:
 
 # --- Reading ------------------------------------------------------------------------------------
 
-_ABSENT = object()
-
 
 @dataclass(frozen=True)
 class Amount:
@@ -190,9 +189,9 @@ def amounts(document: dict, specs: list[MoneySpec] | None) -> list[Amount]:
 
 
 def _declared(document: dict, spec: MoneySpec) -> Amount:
-    value = _lookup(document, spec.amount)
+    value = lookup(document, spec.amount)
     currency = _currency_of(document, spec)
-    if value is _ABSENT or value is None:
+    if value is MISSING or value is None:
         return Amount(spec.amount, None, currency, True, spec.sign, "is missing")
     minor = _as_minor(value, currency, spec.minor_units, text=False)
     if minor is None:
@@ -203,19 +202,7 @@ def _declared(document: dict, spec: MoneySpec) -> Amount:
 def _currency_of(document: dict, spec: MoneySpec) -> str:
     if spec.currency in ISO_4217:
         return spec.currency
-    return iso_currency(_lookup(document, spec.currency))
-
-
-def _lookup(document: Any, path: str) -> Any:
-    node = document
-    for part in path.split("."):
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return _ABSENT
-    return node
+    return iso_currency(lookup(document, spec.currency))
 
 
 def _as_minor(value: Any, currency: str, minor_units: bool, *, text: bool) -> int | None:
@@ -344,7 +331,7 @@ def money_problems(document: dict, specs: list[MoneySpec]) -> list[tuple[str, st
     """Where ``document`` breaks its declared money: ``[(path, problem)]``, empty when it keeps it."""
     out = []
     for spec in specs:
-        value = _lookup(document, spec.amount)
+        value = lookup(document, spec.amount)
         currency = _currency_of(document, spec)
         out += _amount_problem(spec, value, currency)
         if spec.currency not in ISO_4217 and not currency:
@@ -362,7 +349,7 @@ def _amount_problem(spec: MoneySpec, value: Any, currency: str) -> list[tuple[st
         wanted = f"a {'positive ' if positive else ''}amount in {unit} with at most {MINOR_UNITS.get(currency, 2)} decimals"
         minor = None if isinstance(value, str) else _as_minor(value, currency, False, text=False)
         ok = minor is not None and (minor > 0 or not positive)
-    if value is _ABSENT:
+    if value is MISSING:
         return [(spec.amount, f"is required: {wanted}")]
     return [] if ok else [(spec.amount, f"must be {wanted}")]
 

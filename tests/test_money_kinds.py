@@ -343,49 +343,34 @@ def test_a_kind_of_any_sign_takes_a_negative_adjustment_and_the_inbox_marks_it(a
 # --- The banner --------------------------------------------------------------------------------
 
 
-def _banner(rita, **fields) -> str:
-    action = make_action(agent_of(rita), editable=[], **fields)
+def _banner(agent, rita, words: str) -> str:
+    """The action page of a $12.00 refund whose title and preview both say ``words``."""
+    action = make_action(
+        agent.agent,
+        title=words,
+        preview={"format": "plain", "body": words + "."},
+        payload={"amount_cents": 1200, "currency": "USD"},
+        editable=[],
+    )
     client = Client()
     client.force_login(rita.user)
     return client.get(f"/inbox/actions/{action.pk}").content.decode()
 
 
-def agent_of(_rita):
-    from approvals.models import Agent
-
-    return Agent.objects.get(name="support-bot")
-
-
 def test_an_order_total_beside_the_refund_is_context_not_a_disagreement(agent, rita):
-    page = _banner(
-        rita,
-        title="Refund $12.00 of the $120.00 order",
-        preview={"format": "plain", "body": "Refund $12.00 of the $120.00 order."},
-        payload={"amount_cents": 1200, "currency": "USD"},
-    )
+    page = _banner(agent, rita, "Refund $12.00 of the $120.00 order")
     assert 'id="amount-warning"' not in page
     assert 'id="amount-context"' in page and "<q>$120.00</q>" in page
 
 
 def test_a_title_naming_another_amount_than_the_payload_warns(agent, rita):
-    page = _banner(
-        rita,
-        title="Refund $120.00",
-        preview={"format": "plain", "body": "Refund $120.00."},
-        payload={"amount_cents": 1200, "currency": "USD"},
-    )
+    page = _banner(agent, rita, "Refund $120.00")
     assert 'id="amount-warning"' in page
     assert "The payload asks to refund <strong>$12.00 USD</strong>" in page
 
 
 def test_the_right_figure_in_another_currency_warns(agent, rita):
-    page = _banner(
-        rita,
-        title="Refund EUR 12.00",
-        preview={"format": "plain", "body": "Refund EUR 12.00."},
-        payload={"amount_cents": 1200, "currency": "USD"},
-    )
-    assert 'id="amount-warning"' in page
+    assert 'id="amount-warning"' in _banner(agent, rita, "Refund EUR 12.00")
 
 
 # --- Hashes any JCS library reproduces -------------------------------------------------------------
