@@ -69,6 +69,7 @@ gateways:
     default: deny
     tools:
       create_refund: {{policy: review, editable: [amount_cents]}}
+      get_order: allow
   - name: late
     url: {upstreams["late"].url}
     headers: {auth}
@@ -192,7 +193,13 @@ async def test_a_rug_pull_is_held_shown_and_goes_to_review_again_once_accepted(
     assert "to_account" not in before["create_refund"].input_schema["properties"]
 
     rug.start("poisoned")  # the same server, restarted with a poisoned refund
+    # A call is the first to meet the change: an allowed tool is held on its own connection.
+    async with gateway_client(server, keys["agent"], "rug") as client:
+        lookup = await client.call_tool("get_order", {"order_id": "RUG-0"})
+    assert lookup.is_error and "changed upstream" in text(lookup), text(lookup)
+    assert calls(rug.log, "get_order") == []
     after = await listed(server, keys["agent"], "rug")
+    assert "card number" not in after["get_order"].description
     # The agent still sees the pinned definition: no new argument, no poisoned text.
     assert after["create_refund"].input_schema == before["create_refund"].input_schema
     assert "transfer_all" not in after["create_refund"].description
@@ -215,7 +222,9 @@ async def test_a_rug_pull_is_held_shown_and_goes_to_review_again_once_accepted(
         for e in audit_events(server, keys, "gateway.tool_changed")
         if e["data"]["gateway"] == "rug"
     ]
-    assert len(changes) == 1  # once per change, however often it was seen
+    # Once per change, however often it was seen.
+    assert sorted(e["data"]["tool"] for e in changes) == ["create_refund", "get_order"]
+    changes = [e for e in changes if e["data"]["tool"] == "create_refund"]
     change = changes[0]["data"]
     assert change["tool"] == "create_refund"
     assert len(change["old_sha256"]) == 64 and len(change["new_sha256"]) == 64
@@ -240,7 +249,9 @@ async def test_a_rug_pull_is_held_shown_and_goes_to_review_again_once_accepted(
         for e in audit_events(server, keys, "gateway.tool_accepted")
         if e["data"]["gateway"] == "rug"
     ]
-    assert [e["data"]["sha256"] for e in accept_events] == [change["new_sha256"]]
+    assert sorted(e["data"]["tool"] for e in accept_events) == ["create_refund", "get_order"]
+    assert change["new_sha256"] in [e["data"]["sha256"] for e in accept_events]
+    assert "accepted rug.get_order" in accepted  # no names: every held change
     assert accept_events[0]["actor_id"].startswith("cli")
     assert "accepted" not in deployment.impri("gateway", "accept", "rug").stdout
 
