@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 
 from django.conf import settings
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
@@ -54,12 +53,6 @@ class Command(BaseCommand):
             raise CommandError(
                 "IMPRI_API_KEY is a reviewer token; `impri mcp` needs an agent key "
                 "from `impri createagent NAME`"
-            )
-        if settings.DATABASE_URL and not settings.REDIS_URL:
-            self.stderr.write(
-                "warning: DATABASE_URL is set but REDIS_URL is not: a decision made in `impri "
-                "serve` reaches this agent only by the re-read every "
-                f"{settings.IMPRI_AWAIT_REREAD_S:g} s; give this process the REDIS_URL serve uses"
             )
         if settings.DATABASE_URL and not settings.REDIS_URL:
             self.stderr.write(
