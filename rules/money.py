@@ -207,7 +207,7 @@ def _currency_of(document: dict, spec: MoneySpec) -> str:
 
 def _as_minor(value: Any, currency: str, minor_units: bool, *, text: bool) -> int | None:
     """``value`` as a whole number of minor units, or None when it isn't one."""
-    number = _number(value, text=text)
+    number = _decimal(value, text=text)
     if number is None:
         return None
     if not minor_units:
@@ -217,7 +217,7 @@ def _as_minor(value: Any, currency: str, minor_units: bool, *, text: bool) -> in
     return int(number)
 
 
-def _number(value: Any, *, text: bool) -> Decimal | None:
+def _decimal(value: Any, *, text: bool) -> Decimal | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
