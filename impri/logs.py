@@ -19,6 +19,8 @@ import secrets
 import time
 from datetime import UTC, datetime
 
+from impri import shutdown
+
 request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "impri_request_id", default=None
 )
@@ -140,6 +142,7 @@ class AccessLog:
         token = request_id_var.set(request_id)
         started = time.monotonic()
         status = 0
+        shutdown.request_started()  # SIGTERM stops once every answer is out (impri/shutdown.py)
 
         async def send_with_id(message):
             nonlocal status
@@ -152,6 +155,7 @@ class AccessLog:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
+            shutdown.request_finished()
             duration_ms = round((time.monotonic() - started) * 1000, 1)
             client = scope.get("client") or ("-", 0)
             # Probes every few seconds would drown the log: they show at DEBUG unless they fail.

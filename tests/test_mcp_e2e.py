@@ -343,10 +343,16 @@ async def test_an_abandoned_wait_leaves_the_action_pending(server, keys, mode):
 
 
 async def test_sigterm_answers_open_waits_pending_and_daphne_exits(deployment, server, keys):
+    """Under load (an MCP wait and 40 REST long-polls open), every wait is answered before exit.
+
+    Deterministic: the server stops once no wait is open and every HTTP request has sent its
+    answer (impri/shutdown.py counts them), not after a fixed pause that a loaded machine
+    could overrun; the bound on the exit is generous for the same reason.
+    """
     doomed = deployment.start_server()
     async with mcp_client(doomed, keys["agent"]) as client:
         action_id = (await push(client))["action_id"]
-    answers, failures = [], []
+    answers, failures, polled = [], [], []
 
     async def wait():
         try:
@@ -365,19 +371,34 @@ async def test_sigterm_answers_open_waits_pending_and_daphne_exits(deployment, s
         except Exception as exc:
             failures.append(exc)
 
-    async with anyio.create_task_group() as tg:
+    async def long_poll(http):
+        try:
+            response = await http.get(f"/actions/{action_id}/decision", params={"timeout_s": 60})
+            polled.append(response.json()["status"])
+        except Exception as exc:
+            failures.append(exc)
+
+    headers = {"Authorization": f"Bearer {keys['agent']}"}
+    async with (
+        httpx.AsyncClient(base_url=doomed.url + "/api/v1", headers=headers, timeout=30) as http,
+        anyio.create_task_group() as tg,
+    ):
         tg.start_soon(wait)
-        await anyio.to_thread.run_sync(until_server_waits, doomed)  # the wait is open
+        for _ in range(40):
+            tg.start_soon(long_poll, http)
+        await anyio.to_thread.run_sync(until_server_waits, doomed, 41)  # all open
         started = time.monotonic()
         doomed.process.terminate()
         returncode = await anyio.to_thread.run_sync(doomed.process.wait, 20)
         stopped_in = time.monotonic() - started
     assert returncode == 0, doomed.output()
     assert stopped_in < 5
-    # The open wait was answered, not cut: a normal result that says pending (call again).
+    # Every open wait was answered, not cut: a normal result that says pending (call again).
     assert not failures, failures
     assert answers and not answers[0].is_error
     assert answers[0].structured_content["status"] == "pending"
+    assert polled == ["pending"] * 40
+    assert "still open" not in doomed.output()
     if SCALED:
         assert wait_until_nobody_listens(action_id) == 0
     assert server.client(keys["agent"]).get(f"/actions/{action_id}").json()["status"] == "pending"
