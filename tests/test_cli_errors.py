@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import sqlite3
 import subprocess
@@ -109,3 +110,25 @@ def test_audit_verify_on_a_missing_table_is_a_broken_verdict():
         assert "Traceback" not in done.stderr
     finally:
         gone.close()
+
+
+@pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="impri worker needs REDIS_URL")
+@pytest.mark.skipif(os.geteuid() != 0, reason="the root warning shows only as root")
+def test_a_worker_run_as_root_says_so_in_one_line_instead_of_celerys_warning(deployment):
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "impri", "worker"],
+        env=deployment.env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines = []
+    for line in worker.stderr:
+        lines.append(line)
+        if "ready." in line:
+            break
+    worker.terminate()
+    worker.communicate(timeout=30)
+    text = "".join(lines)
+    assert "warning: impri worker runs as root; run it as an unprivileged user" in text, text
+    assert "superuser privileges" not in text, text

@@ -3,6 +3,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import warnings
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -22,6 +23,15 @@ def start_background_process(command: str, stderr, loglevel: str | None) -> None
     if loglevel:
         logging.getLogger().setLevel(loglevel.upper())
     stderr.write(f"Impri {command}: {storage.describe()}")
+    if command == "worker" and hasattr(os, "geteuid") and os.geteuid() == 0:
+        # Celery's own warning is fifteen lines on every start; this says what to do instead.
+        from celery.exceptions import SecurityWarning
+
+        warnings.filterwarnings("ignore", category=SecurityWarning)
+        stderr.write(
+            "warning: impri worker runs as root; run it as an unprivileged user instead "
+            "(the image runs as user impri), which also silences Celery's warning about it"
+        )
     from approvals import grants
 
     grants.publish_at_start()
