@@ -17,6 +17,7 @@ See docs/rules.md ("Kinds and money") and docs/security.md.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -251,6 +252,11 @@ def normalize_key(key: Any) -> str:
 
 
 def is_money_key(key: Any) -> bool:
+    return _is_money_word(str(key))
+
+
+@functools.lru_cache(maxsize=4096)  # payloads repeat their keys; normalising is the cost
+def _is_money_word(key: str) -> bool:
     words = normalize_key(key).split("_")
     return words[-1] in ("cents", "minor") or "amount" in words
 
@@ -277,9 +283,14 @@ def _detect(node: Any, path: str, currency: str) -> Iterator[Amount]:
 
 def _sibling_currency(node: dict) -> str:
     for key, value in node.items():
-        if normalize_key(key) in ("currency", "currency_code"):
+        if _is_currency_word(str(key)):
             return iso_currency(value)
     return ""
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_currency_word(key: str) -> bool:
+    return normalize_key(key) in ("currency", "currency_code")
 
 
 def _detected(path: str, value: Any, currency: str) -> Amount:
