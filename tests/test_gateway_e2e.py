@@ -137,13 +137,19 @@ def deployment(upstream_log):
 def server(deployment, upstream):
     srv = deployment.start_server()
     # Configured while the server runs: no restart needed.
-    config = deployment.data_dir / "gateways.yaml"
-    config.write_text(gateways_yaml(upstream, free_port()))
-    deployment.impri("gateway", "import", str(config))
-    rules = deployment.data_dir / "rules.yaml"
-    rules.write_text(RULES)
-    deployment.impri("rules", "import", str(rules))
+    configure(deployment, gateways_yaml(upstream, free_port()), RULES)
     return srv
+
+
+def configure(deployment, gateways: str, rules: str) -> str:
+    """Import gateways and rules into a deployment; returns what the gateway import printed."""
+    config = deployment.data_dir / "gateways.yaml"
+    config.write_text(gateways)
+    imported = deployment.impri("gateway", "import", str(config)).stdout
+    rules_file = deployment.data_dir / "rules.yaml"
+    rules_file.write_text(rules)
+    deployment.impri("rules", "import", str(rules_file))
+    return imported
 
 
 @pytest.fixture(scope="module")

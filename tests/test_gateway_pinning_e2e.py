@@ -25,6 +25,7 @@ from tests.test_gateway_e2e import (
     UpstreamProcess,
     action,
     calls,
+    configure,
     decide,
     gateway_client,
     make_keys,
@@ -106,13 +107,8 @@ def deployment():
 @pytest.fixture(scope="module")
 def server(deployment, upstreams):
     srv = deployment.start_server()
-    config = deployment.data_dir / "gateways.yaml"
-    config.write_text(gateways_yaml(upstreams))
-    imported = deployment.impri("gateway", "import", str(config)).stdout
+    imported = configure(deployment, gateways_yaml(upstreams), RULES)
     assert "rug: recorded" in imported, imported
-    rules = deployment.data_dir / "rules.yaml"
-    rules.write_text(RULES)
-    deployment.impri("rules", "import", str(rules))
     return srv
 
 
