@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from io import StringIO
 
 import pytest
@@ -158,6 +159,8 @@ def test_the_password_comes_from_the_environment(db, monkeypatch):
 def test_the_password_comes_from_a_prompt_typed_twice(db, monkeypatch):
     answers = iter(["typed at the prompt 7", "typed at the prompt 7"])
     monkeypatch.setattr("getpass.getpass", lambda prompt="": next(answers))
+    # At a terminal (without one, the prompt is refused: tests/test_cli_errors.py).
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
     _createreviewer("lee", "--password-prompt")
     assert User.objects.get(username="lee").check_password("typed at the prompt 7")
 
