@@ -49,11 +49,13 @@ rules:
 def upstreams(tmp_path_factory):
     folder = tmp_path_factory.mktemp("upstreams")
     found = {
-        name: UpstreamProcess(folder / f"{name}.jsonl") for name in ("rug", "late", "new", "open")
+        name: UpstreamProcess(folder / f"{name}.jsonl")
+        for name in ("rug", "late", "new", "open", "later")
     }
     try:
-        for upstream in found.values():
-            upstream.start()
+        for name, upstream in found.items():
+            if name != "later":  # away when the gateways are imported
+                upstream.start()
         yield found
     finally:
         for upstream in found.values():
@@ -94,6 +96,10 @@ gateways:
     tools:
       create_refund: {{policy: review, editable: [amount_cents]}}
       settle: review
+  - name: later
+    url: {upstreams["later"].url}
+    headers: {auth}
+    default: allow
 """
 
 
@@ -444,3 +450,29 @@ def test_stdio_without_redis_in_scaled_mode_says_decisions_will_come_late(deploy
         timeout=60,
     )
     assert "REDIS_URL is not" in started.stderr and "re-read every 2 s" in started.stderr
+
+
+async def test_an_upstream_away_at_import_is_recorded_by_refresh(
+    deployment, server, keys, upstreams
+):
+    async with gateway_client(server, keys["agent"], "later") as client:
+        with pytest.raises(Exception, match="unreachable"):
+            await client.list_tools()
+        refused = await client.call_tool("get_order", {"order_id": "L-1"})
+    assert refused.is_error and "impri gateway refresh later" in text(refused)
+    assert "unreachable" in text(refused)
+    upstreams["later"].start()
+    assert await listed(server, keys["agent"], "later") == {}  # reachable, but nothing recorded
+    refreshed = deployment.impri("gateway", "refresh", "later").stdout
+    assert "gateway later: recorded 5 tool definition(s)" in refreshed, refreshed
+    assert "get_order" in await listed(server, keys["agent"], "later")
+    again = deployment.impri("gateway", "refresh", "later").stdout
+    assert "no change since the tools were recorded" in again
+    async with gateway_client(server, keys["agent"], "later") as client:
+        found = await client.call_tool("get_order", {"order_id": "L-1"})
+    assert not found.is_error, text(found)
+    assert calls(upstreams["later"].log, "get_order") == [
+        {"tool": "get_order", "arguments": {"order_id": "L-1"}}
+    ]
+    pinned = audit_events(server, keys, "gateway.tools_pinned")
+    assert [e["data"]["gateway"] for e in pinned if e["data"]["gateway"] == "later"] == ["later"]
