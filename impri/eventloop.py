@@ -32,7 +32,7 @@ class Unavailable(Exception):
 
 def choose(command: str | None) -> str:
     """Set the event loop policy for ``command`` and return the loop's name."""
-    wanted = env("IMPRI_EVENT_LOOP", "auto").strip().lower() or "auto"
+    wanted = env("IMPRI_EVENT_LOOP").strip().lower() or "auto"
     if wanted not in CHOICES:
         raise Unavailable(f"IMPRI_EVENT_LOOP must be one of {', '.join(CHOICES)}, not {wanted!r}")
     if command != "serve" or wanted == "asyncio":

@@ -27,7 +27,7 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 # Before any app loads: `rules`, `audit`, ... are Impri's, not a namesake's (impri/packages.py).
 packages.check()
 
-DEBUG = envbool("IMPRI_DEBUG", "false")
+DEBUG = envbool("IMPRI_DEBUG")
 DATA_DIR = Path(env("IMPRI_DATA_DIR", str(Path.cwd() / "impri-data"))).resolve()
 
 
@@ -162,17 +162,17 @@ TEMPLATES = [
 # Which command this process runs (set by the ``impri`` console script): the
 # connection pool is sized per role so that the whole deployment stays within
 # PostgreSQL's max_connections (docs/ARCHITECTURE.md: processes × pool).
-IMPRI_PROCESS_ROLE = env("IMPRI_PROCESS_ROLE", "command")
+IMPRI_PROCESS_ROLE = env("IMPRI_PROCESS_ROLE")
 _POOL_BY_ROLE = {"serve": "12", "mcp": "2", "worker": "2", "beat": "1"}
 IMPRI_DB_POOL_SIZE = envint("IMPRI_DB_POOL_SIZE", _POOL_BY_ROLE.get(IMPRI_PROCESS_ROLE, "0"))
-IMPRI_DB_POOL_TIMEOUT_S = envfloat("IMPRI_DB_POOL_TIMEOUT_S", "10", minimum=0.1)
+IMPRI_DB_POOL_TIMEOUT_S = envfloat("IMPRI_DB_POOL_TIMEOUT_S", minimum=0.1)
 # `impri waitdb` (the image's start script) gives up on the database and Redis after this long.
-IMPRI_DB_WAIT_S = envfloat("IMPRI_DB_WAIT_S", "60", minimum=0)
+IMPRI_DB_WAIT_S = envfloat("IMPRI_DB_WAIT_S", minimum=0)
 # Threads that run database work for async code (long-polls, MCP tools, the hub).
-IMPRI_DB_THREADS = envint("IMPRI_DB_THREADS", "8", minimum=1)
+IMPRI_DB_THREADS = envint("IMPRI_DB_THREADS", minimum=1)
 # `impri serve`: a full garbage collection after this many young-generation passes
 # (CPython's default is 10; see the serve command for why it is higher).
-IMPRI_GC_FULL_EVERY = envint("IMPRI_GC_FULL_EVERY", "1000", minimum=1)
+IMPRI_GC_FULL_EVERY = envint("IMPRI_GC_FULL_EVERY", minimum=1)
 
 DATABASE_URL = env("DATABASE_URL")
 if DATABASE_URL:
@@ -211,7 +211,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Channels -----------------------------------------------------------------
 REDIS_URL = env("REDIS_URL")
-IMPRI_LAYER_CAPACITY = envint("IMPRI_LAYER_CAPACITY", "10000", minimum=100)
+IMPRI_LAYER_CAPACITY = envint("IMPRI_LAYER_CAPACITY", minimum=100)
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
@@ -263,8 +263,8 @@ X_FRAME_OPTIONS = "DENY"
 # names) are aliases: either set to true means the same.
 IMPRI_HTTPS = (
     env("IMPRI_BASE_URL").lower().startswith("https://")
-    or envbool("IMPRI_SECURE_COOKIES", "false")
-    or envbool("IMPRI_BEHIND_PROXY", "false")
+    or envbool("IMPRI_SECURE_COOKIES")
+    or envbool("IMPRI_BEHIND_PROXY")
 )
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if IMPRI_HTTPS else None
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = IMPRI_HTTPS
@@ -281,8 +281,8 @@ AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
-AXES_FAILURE_LIMIT = envint("IMPRI_LOGIN_FAILURE_LIMIT", "5", minimum=1)
-AXES_COOLOFF_TIME = timedelta(seconds=envint("IMPRI_LOGIN_LOCKOUT_S", "900", minimum=1))
+AXES_FAILURE_LIMIT = envint("IMPRI_LOGIN_FAILURE_LIMIT", minimum=1)
+AXES_COOLOFF_TIME = timedelta(seconds=envint("IMPRI_LOGIN_LOCKOUT_S", minimum=1))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "impri.security.client_address"
@@ -323,19 +323,19 @@ USE_TZ = True
 IMPRI_BASE_URL = env("IMPRI_BASE_URL").rstrip("/")
 # Where `impri serve` listens (its --host/--port defaults), and the links' origin when
 # IMPRI_BASE_URL is unset and no request names one (approvals/site.py).
-IMPRI_HOST = env("IMPRI_HOST", "127.0.0.1")
-IMPRI_PORT = envint("IMPRI_PORT", "8000", minimum=1)
+IMPRI_HOST = env("IMPRI_HOST")
+IMPRI_PORT = envint("IMPRI_PORT", minimum=1)
 # `impri serve`: connections the kernel queues for the server before it accepts them (Twisted's
 # default is 50; Linux caps it at net.core.somaxconn). A burst of agents connecting at once
 # beyond the queue waits for SYN retries (1 s, 3 s, ...) or fails.
-IMPRI_LISTEN_BACKLOG = envint("IMPRI_LISTEN_BACKLOG", "1024", minimum=1)
-IMPRI_MAX_BODY_BYTES = envint("IMPRI_MAX_BODY_BYTES", str(1024 * 1024), minimum=1024)
-IMPRI_DEFAULT_EXPIRES_S = envint("IMPRI_DEFAULT_EXPIRES_S", str(24 * 3600), minimum=1)
-IMPRI_MAX_EXPIRES_S = envint("IMPRI_MAX_EXPIRES_S", str(30 * 24 * 3600), minimum=1)
-IMPRI_MAX_AWAIT_S = envint("IMPRI_MAX_AWAIT_S", "300", minimum=1)
-IMPRI_AWAIT_REREAD_S = envfloat("IMPRI_AWAIT_REREAD_S", "2", minimum=0.05)
-IMPRI_DEFAULT_GROUP = env("IMPRI_DEFAULT_GROUP", "reviewers")
-IMPRI_RATE_LIMIT_PER_MIN = envint("IMPRI_RATE_LIMIT_PER_MIN", "600", minimum=0)
+IMPRI_LISTEN_BACKLOG = envint("IMPRI_LISTEN_BACKLOG", minimum=1)
+IMPRI_MAX_BODY_BYTES = envint("IMPRI_MAX_BODY_BYTES", minimum=1024)
+IMPRI_DEFAULT_EXPIRES_S = envint("IMPRI_DEFAULT_EXPIRES_S", minimum=1)
+IMPRI_MAX_EXPIRES_S = envint("IMPRI_MAX_EXPIRES_S", minimum=1)
+IMPRI_MAX_AWAIT_S = envint("IMPRI_MAX_AWAIT_S", minimum=1)
+IMPRI_AWAIT_REREAD_S = envfloat("IMPRI_AWAIT_REREAD_S", minimum=0.05)
+IMPRI_DEFAULT_GROUP = env("IMPRI_DEFAULT_GROUP")
+IMPRI_RATE_LIMIT_PER_MIN = envint("IMPRI_RATE_LIMIT_PER_MIN", minimum=0)
 # Signs audit checkpoints (impri audit checkpoint); unset: SECRET_KEY. Keep a copy off this server.
 IMPRI_AUDIT_CHECKPOINT_KEY = env("IMPRI_AUDIT_CHECKPOINT_KEY")
 IMPRI_MAX_TITLE_CHARS = 200
@@ -344,11 +344,11 @@ IMPRI_MAX_TITLE_CHARS = 200
 IMPRI_GRANT_SIGNING_KEY = env("IMPRI_GRANT_SIGNING_KEY")
 IMPRI_GRANT_SIGNING_KEY_FILE = env("IMPRI_GRANT_SIGNING_KEY_FILE")
 # An approval's grant is valid for this long after the decision.
-IMPRI_GRANT_TTL_S = envint("IMPRI_GRANT_TTL_S", "3600", minimum=1)
+IMPRI_GRANT_TTL_S = envint("IMPRI_GRANT_TTL_S", minimum=1)
 # MCP waits: without a progress token most clients give up at 60 s, so stop
 # before that; with one, send a progress notification this often.
-IMPRI_MCP_AWAIT_CAP_S = envfloat("IMPRI_MCP_AWAIT_CAP_S", "50", minimum=1)
-IMPRI_MCP_PROGRESS_EVERY_S = envfloat("IMPRI_MCP_PROGRESS_EVERY_S", "12", minimum=0.1)
+IMPRI_MCP_AWAIT_CAP_S = envfloat("IMPRI_MCP_AWAIT_CAP_S", minimum=1)
+IMPRI_MCP_PROGRESS_EVERY_S = envfloat("IMPRI_MCP_PROGRESS_EVERY_S", minimum=0.1)
 
 # What a rules backtest replays: past actions as the rules saw them (rules never import approvals).
 IMPRI_BACKTEST_HISTORY = "approvals.history.past_action_views"
@@ -377,19 +377,19 @@ CELERY_BROKER_CONNECTION_TIMEOUT = 1
 CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_timeout": 2, "socket_connect_timeout": 1}
 CELERY_TIMEZONE = "UTC"
 # How often expiry, deliveries and notifications are swept (seconds).
-IMPRI_TICK_S = envfloat("IMPRI_TICK_S", "2", minimum=0.1)
+IMPRI_TICK_S = envfloat("IMPRI_TICK_S", minimum=0.1)
 # How often escalations, reminders and stale approvals are swept (seconds).
-IMPRI_SLOW_TICK_S = envfloat("IMPRI_SLOW_TICK_S", "15", minimum=0.1)
+IMPRI_SLOW_TICK_S = envfloat("IMPRI_SLOW_TICK_S", minimum=0.1)
 # An approved action with no reported result after this long is flagged and notified.
-IMPRI_REPORT_DEADLINE_S = envint("IMPRI_REPORT_DEADLINE_S", "3600", minimum=1)
+IMPRI_REPORT_DEADLINE_S = envint("IMPRI_REPORT_DEADLINE_S", minimum=1)
 # Webhook POSTs give up after this many seconds per attempt (then retry with backoff).
-IMPRI_WEBHOOK_TIMEOUT_S = envfloat("IMPRI_WEBHOOK_TIMEOUT_S", "10", minimum=0.1)
+IMPRI_WEBHOOK_TIMEOUT_S = envfloat("IMPRI_WEBHOOK_TIMEOUT_S", minimum=0.1)
 # How long a worker owns an outbox row it is sending; a killed worker's rows go again after this.
-IMPRI_WEBHOOK_LEASE_S = envfloat("IMPRI_WEBHOOK_LEASE_S", "60", minimum=1)
+IMPRI_WEBHOOK_LEASE_S = envfloat("IMPRI_WEBHOOK_LEASE_S", minimum=1)
 # Deliveries run concurrently: threads per lane (webhooks, notifications) per process, and at
 # most this many in flight per destination (and per agent) so a dead receiver holds few threads.
-IMPRI_DELIVERY_CONCURRENCY = envint("IMPRI_DELIVERY_CONCURRENCY", "8", minimum=1)
-IMPRI_DELIVERY_PER_DESTINATION = envint("IMPRI_DELIVERY_PER_DESTINATION", "2", minimum=1)
+IMPRI_DELIVERY_CONCURRENCY = envint("IMPRI_DELIVERY_CONCURRENCY", minimum=1)
+IMPRI_DELIVERY_PER_DESTINATION = envint("IMPRI_DELIVERY_PER_DESTINATION", minimum=1)
 
 
 # Internal networks agent callbacks and admin-entered webhook URLs may reach (comma-separated
@@ -397,10 +397,10 @@ IMPRI_DELIVERY_PER_DESTINATION = envint("IMPRI_DELIVERY_PER_DESTINATION", "2", m
 IMPRI_CALLBACK_ALLOWED_NETWORKS = envcidrs("IMPRI_CALLBACK_ALLOWED_NETWORKS")
 # Delivered (or given-up) webhooks with their attempts, notifications and budget
 # windows older than this many days are pruned every hour; 0 keeps them. Never the audit log.
-IMPRI_RETENTION_DAYS = envint("IMPRI_RETENTION_DAYS", "90", minimum=0)
+IMPRI_RETENTION_DAYS = envint("IMPRI_RETENTION_DAYS", minimum=0)
 # How often the audit chain is verified in the background, from the last verified run
 # (seconds); 0: only on demand.
-IMPRI_AUDIT_VERIFY_EVERY_S = envint("IMPRI_AUDIT_VERIFY_EVERY_S", "3600", minimum=0)
+IMPRI_AUDIT_VERIFY_EVERY_S = envint("IMPRI_AUDIT_VERIFY_EVERY_S", minimum=0)
 IMPRI_HOUSEKEEPING_EVERY_S = 3600
 CELERY_BEAT_SCHEDULE = {
     "expire-overdue": {"task": "approvals.tasks.expire_overdue", "schedule": IMPRI_TICK_S},
@@ -440,18 +440,18 @@ EMAIL_BACKEND = (
     if EMAIL_HOST
     else "django.core.mail.backends.console.EmailBackend"
 )
-EMAIL_PORT = envint("EMAIL_PORT", "587", minimum=1)
+EMAIL_PORT = envint("EMAIL_PORT", minimum=1)
 EMAIL_HOST_USER = env("EMAIL_HOST_USER")
 EMAIL_HOST_PASSWORD = env("EMAIL_HOST_PASSWORD")
-EMAIL_USE_TLS = envbool("EMAIL_USE_TLS", "true")
-DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "impri@localhost")
-EMAIL_TIMEOUT = envint("EMAIL_TIMEOUT", "10", minimum=1)
+EMAIL_USE_TLS = envbool("EMAIL_USE_TLS")
+DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL")
+EMAIL_TIMEOUT = envint("EMAIL_TIMEOUT", minimum=1)
 
 # plain: "time level logger message"; json: one JSON object per line (impri/logs.py).
-IMPRI_LOG_FORMAT = env("IMPRI_LOG_FORMAT", "plain").strip().lower() or "plain"
+IMPRI_LOG_FORMAT = env("IMPRI_LOG_FORMAT").strip().lower() or "plain"
 if IMPRI_LOG_FORMAT not in ("plain", "json"):
     raise ImproperlyConfigured(f"IMPRI_LOG_FORMAT must be plain or json, not {IMPRI_LOG_FORMAT!r}")
-LOGGING = logging_config(IMPRI_LOG_FORMAT, env("IMPRI_LOG_LEVEL", "INFO"))
+LOGGING = logging_config(IMPRI_LOG_FORMAT, env("IMPRI_LOG_LEVEL"))
 
 # --- Inbox ----------------------------------------------------------------------
 # No 'unsafe-inline' and no 'unsafe-eval' for scripts or styles: every script is

@@ -1,8 +1,10 @@
 """Reading environment variables for ``impri/settings.py``: one variable, one typed value.
 
-Every reader takes the variable's name (so an error names it) and its default as
-text, the way it would be written in ``.env.example``. A bad value is an
-``ImproperlyConfigured`` naming the variable, never a silent default.
+Every reader takes the variable's name (so an error names it); its default, as text
+the way it would be written in ``.env.example``, comes from the one list of variables
+(``impri/settings_vars.py``) unless the call computes one. A name that is not listed
+there is refused. A bad value is an ``ImproperlyConfigured`` naming the variable, never a
+silent default.
 """
 
 from __future__ import annotations
@@ -13,16 +15,21 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
+from impri import settings_vars
 
-def env(name: str, default: str = "") -> str:
+
+def env(name: str, default: str | None = None) -> str:
     """Read a variable; ``NAME_FILE`` (a Docker secret) wins over ``NAME``."""
+    listed = settings_vars.default(name)  # KeyError: read a variable that is not listed
+    if default is None:
+        default = listed
     file_path = os.environ.get(f"{name}_FILE")
     if file_path:
         return Path(file_path).read_text().strip()
     return os.environ.get(name, default)
 
 
-def envbool(name: str, default: str) -> bool:
+def envbool(name: str, default: str | None = None) -> bool:
     value = env(name, default).strip().lower()
     if value in ("1", "true", "yes", "on"):
         return True
@@ -31,15 +38,17 @@ def envbool(name: str, default: str) -> bool:
     raise ImproperlyConfigured(f"{name} must be true or false, not {value!r}")
 
 
-def envint(name: str, default: str, minimum: int = 0) -> int:
+def envint(name: str, default: str | None = None, minimum: int = 0) -> int:
     return _number(name, default, minimum, int, "an integer")
 
 
-def envfloat(name: str, default: str, minimum: float = 0.0) -> float:
+def envfloat(name: str, default: str | None = None, minimum: float = 0.0) -> float:
     return _number(name, default, minimum, float, "a number")
 
 
-def _number(name: str, default: str, minimum, parse, what: str):
+def _number(name: str, default: str | None, minimum, parse, what: str):
+    if default is None:
+        default = settings_vars.default(name)
     value = env(name, default) or default  # set but empty: the default
     try:
         number = parse(value)

@@ -23,13 +23,13 @@ IMPRI_OIDC_AUTHORIZATION_ENDPOINT = env("IMPRI_OIDC_AUTHORIZATION_ENDPOINT").str
 IMPRI_OIDC_TOKEN_ENDPOINT = env("IMPRI_OIDC_TOKEN_ENDPOINT").strip()
 IMPRI_OIDC_USERINFO_ENDPOINT = env("IMPRI_OIDC_USERINFO_ENDPOINT").strip()
 IMPRI_OIDC_JWKS_URI = env("IMPRI_OIDC_JWKS_URI").strip()
-IMPRI_OIDC_SCOPES = env("IMPRI_OIDC_SCOPES", "openid email profile").strip()
+IMPRI_OIDC_SCOPES = env("IMPRI_OIDC_SCOPES").strip()
 # The claim listing the person's groups; each value names an Impri reviewer group. Unset: SSO
 # never changes group memberships (admins assign them).
 IMPRI_OIDC_GROUPS_CLAIM = env("IMPRI_OIDC_GROUPS_CLAIM").strip()
 # Password login only for staff and superusers (break-glass); everyone else signs in with SSO.
-IMPRI_OIDC_SSO_ONLY = envbool("IMPRI_OIDC_SSO_ONLY", "false")
-IMPRI_OIDC_TIMEOUT_S = envfloat("IMPRI_OIDC_TIMEOUT_S", "10", minimum=0.1)
+IMPRI_OIDC_SSO_ONLY = envbool("IMPRI_OIDC_SSO_ONLY")
+IMPRI_OIDC_TIMEOUT_S = envfloat("IMPRI_OIDC_TIMEOUT_S", minimum=0.1)
 IMPRI_OIDC_ENABLED = bool(IMPRI_OIDC_ISSUER and IMPRI_OIDC_CLIENT_ID)
 if bool(IMPRI_OIDC_ISSUER) != bool(IMPRI_OIDC_CLIENT_ID):
     raise ImproperlyConfigured("IMPRI_OIDC_ISSUER and IMPRI_OIDC_CLIENT_ID go together: set both")
@@ -52,10 +52,10 @@ OIDC_CALLBACK_CLASS = "impri.oidc.SsoCallbackView"
 
 # --- Second factor (docs/2fa.md) -------------------------------------------------
 # Every password login must then pass a TOTP code; users without one enrol first.
-IMPRI_REQUIRE_2FA = envbool("IMPRI_REQUIRE_2FA", "false")
+IMPRI_REQUIRE_2FA = envbool("IMPRI_REQUIRE_2FA")
 # Approving an amount (the action's, as approvals.money reads it) at or above
 # this needs a second factor from the last 10 minutes; empty: no step-up.
-IMPRI_STEP_UP_CENTS = envint("IMPRI_STEP_UP_CENTS", "0", minimum=0) or None
+IMPRI_STEP_UP_CENTS = envint("IMPRI_STEP_UP_CENTS", minimum=0) or None
 OTP_TOTP_ISSUER = "Impri"
 OTP_TOTP_THROTTLE_FACTOR = 1  # each wrong code doubles the wait before the next try
 OTP_STATIC_THROTTLE_FACTOR = 1
@@ -69,4 +69,4 @@ IMPRI_SLACK_SIGNING_SECRET = env("IMPRI_SLACK_SIGNING_SECRET")
 # Slack's Web API base URL (tests point it at a local receiver).
 IMPRI_SLACK_API_URL = env("IMPRI_SLACK_API_URL") or "https://slack.com/api/"
 # No approving (or editing) from Slack above this amount, in minor units; the inbox still can.
-IMPRI_SLACK_MAX_APPROVE_CENTS = envint("IMPRI_SLACK_MAX_APPROVE_CENTS", "50000", minimum=0)
+IMPRI_SLACK_MAX_APPROVE_CENTS = envint("IMPRI_SLACK_MAX_APPROVE_CENTS", minimum=0)
