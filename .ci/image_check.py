@@ -17,7 +17,9 @@ as the image's user, with the image's environment and nothing of the host's.
 4. Scaled: every Impri service of compose.yaml (migrate, web, worker, beat)
    runs its `command` and `environment` from the image, with DATABASE_URL and
    REDIS_URL pointing at loopback PostgreSQL and Redis, and the worker delivers
-   a webhook to a loopback receiver.
+   a webhook to a loopback receiver. Two `web` replicas run, each with its own
+   data directory as two containers have: from the compose definitions (the
+   grant_key secret) they publish one JWKS key, and /readyz reports one.
 
 Needs root. Usage: DATABASE_URL=postgres://... REDIS_URL=redis://... .ci/image_check.py
 (IMPRI_IMAGE_CHECK_REUSE=1 skips the build when the image exists: for iterating on this script.)
@@ -316,7 +318,11 @@ def scaled(image: Image, compose: dict) -> None:
     secrets_dir = image.root / "run/secrets"
     secrets_dir.mkdir(parents=True, exist_ok=True)
     for secret in compose["secrets"]:
-        (secrets_dir / secret).write_text(secrets.token_urlsafe(50) + "\n")
+        if secret == "grant_key":  # the README: impri grantkey new > secrets/grant_key
+            value = image.run(["impri", "grantkey", "new"], {}).stdout
+        else:
+            value = secrets.token_urlsafe(50) + "\n"
+        (secrets_dir / secret).write_text(value)
         (secrets_dir / secret).chmod(0o444)
     variables = {"POSTGRES_PASSWORD": "ci", "IMPRI_BASE_URL": "http://127.0.0.1"}
     loopback = {
@@ -336,14 +342,21 @@ def scaled(image: Image, compose: dict) -> None:
 
     try:
         image.run(services["migrate"]["command"], service_env("migrate"))
-        port = free_port()
+        port, port_2 = free_port(), free_port()
         base = f"http://127.0.0.1:{port}"
-        image.start(
-            "web", services["web"]["command"], {**service_env("web"), "IMPRI_PORT": str(port)}
-        )
+        for name, listen in (("web", port), ("web-2", port_2)):
+            # Each replica its own /data, as two containers have (compose gives web none).
+            env = {
+                **service_env("web"),
+                "IMPRI_PORT": str(listen),
+                "IMPRI_DATA_DIR": f"/tmp/{name}",
+            }
+            image.start(name, services["web"]["command"], env)
         image.start("worker", services["worker"]["command"], service_env("worker"))
         image.start("beat", services["beat"]["command"], service_env("beat"))
         image.wait_ready(base, "/readyz")
+        image.wait_ready(f"http://127.0.0.1:{port_2}", "/readyz")
+        replicas_publish_one_key([base, f"http://127.0.0.1:{port_2}"])
 
         env = service_env("web")
         agent = image.run(["impri", "createagent", "compose-bot"], env).stdout.split()[-1]
@@ -380,6 +393,19 @@ def scaled(image: Image, compose: dict) -> None:
     finally:
         image.stop_all()
         admin_sql(database_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def replicas_publish_one_key(bases: list[str]) -> None:
+    """Every replica's JWKS lists the same single key, and none reports more than one."""
+    published = []
+    for base in bases:
+        with urllib.request.urlopen(base + "/.well-known/jwks.json", timeout=5) as response:
+            published.append([key["kid"] for key in json.loads(response.read())["keys"]])
+        with urllib.request.urlopen(base + "/readyz", timeout=5) as response:
+            keys = json.loads(response.read())["grant_signing_keys"]
+        assert keys == {"count": 1}, (base, keys)
+    assert all(kids == published[0] for kids in published) and len(published[0]) == 1, published
+    log(f"replicas: {len(bases)} web replicas publish one JWKS key ({published[0][0]})")
 
 
 def run_healthchecks(image: Image, services: dict, env: dict[str, str]) -> None:
