@@ -118,6 +118,9 @@ def observe(name: str, offered: list[dict] | None) -> list[ToolState]:
         verdict = services.effective(upstream, tool_name, explicit)
         if offered is None:  # the upstream is away: the pins as they stand
             state = "pinned" if not pin.held else ("changed" if pin.sha256 else "new")
+        elif not pin.sha256:  # a new tool that went away before anyone accepted it
+            PinnedTool.objects.filter(pk=pin.pk, sha256="").delete()
+            continue
         else:
             state = "not offered"
         states.append(_state(upstream, tool_name, verdict, state, pin))

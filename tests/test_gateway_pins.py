@@ -116,6 +116,9 @@ def test_a_new_tool_is_held_unless_its_policy_is_deny(gateway):
     found = state("psp", [REFUND, ORDER, other])["wipe"]
     assert found.state == "hidden" and found.listed is None
     assert [e["tool"] for e in events("gateway.tool_changed")] == ["transfer_all"]
+    # Gone again before anyone accepted it: nothing is held for it any more.
+    assert "transfer_all" not in state("psp", [REFUND, ORDER])
+    assert [p.tool for p in pins.pending("psp")] == []
 
 
 def test_accept_pins_what_was_held_and_records_who(gateway):
