@@ -30,8 +30,11 @@ logger = logging.getLogger(__name__)
 BATCH = 1000
 
 
-def prune(now: datetime | None = None, days: int | None = None) -> dict[str, int]:
-    """Delete what is older than the retention; returns how many rows of each kind went."""
+def prune(now: datetime | None = None, days: int | None = None, progress=None) -> dict[str, int]:
+    """Delete what is older than the retention; returns how many rows of each kind went.
+
+    ``progress(deleted, in_all)`` is told after each batch (``impri prune``'s bar).
+    """
     days = settings.IMPRI_RETENTION_DAYS if days is None else days
     if not days:
         return {}
@@ -43,6 +46,12 @@ def prune(now: datetime | None = None, days: int | None = None) -> dict[str, int
         "budget_counters": 0,
     }
     finished_before = Q(delivered_at__lt=cutoff) | Q(gave_up_at__lt=cutoff)
+    if progress is not None:
+        in_all = (
+            WebhookDelivery.objects.filter(finished_before).count()
+            + Notification.objects.filter(finished_before).count()
+        )
+        progress(0, in_all)
     while ids := list(
         WebhookDelivery.objects.filter(finished_before).values_list("pk", flat=True)[:BATCH]
     ):
@@ -51,10 +60,14 @@ def prune(now: datetime | None = None, days: int | None = None) -> dict[str, int
                 0
             ]
             done["webhook_deliveries"] += WebhookDelivery.objects.filter(pk__in=ids).delete()[0]
+        if progress is not None:
+            progress(done["webhook_deliveries"], in_all)
     while ids := list(
         Notification.objects.filter(finished_before).values_list("pk", flat=True)[:BATCH]
     ):
         done["notifications"] += Notification.objects.filter(pk__in=ids).delete()[0]
+        if progress is not None:
+            progress(done["webhook_deliveries"] + done["notifications"], in_all)
     done["budget_counters"] = _prune_budgets(cutoff)
     if any(done.values()):
         logger.info("pruned history older than %d days: %s", days, done)

@@ -142,7 +142,11 @@ class Anchor:
 
 
 def verify(
-    *, checkpoints: list[dict] = (), since: Anchor | None = None, batch_size: int = 2000
+    *,
+    checkpoints: list[dict] = (),
+    since: Anchor | None = None,
+    batch_size: int = 2000,
+    progress=None,
 ) -> Verification:
     """Recompute the stored chain from ``since`` (default: the start) to its head.
 
@@ -169,6 +173,8 @@ def verify(
         .order_by("seq")
         .iterator(chunk_size=batch_size)
     )
+    if progress is not None:  # impri audit verify's bar: progress(events, how many) -> events
+        events = progress(events, head[0] - since.seq)
     result = verify_events(events, checkpoints=checkpoints, start=since, head=head, scheme=scheme)
     if result.ok:
         return _beyond_head(result)
@@ -420,9 +426,9 @@ def run_full_verifications() -> int:
     return done
 
 
-def verify_full_now(*, by: str, checkpoints: list[dict] = ()) -> Verification:
+def verify_full_now(*, by: str, checkpoints: list[dict] = (), progress=None) -> Verification:
     """A full verification run here and now (``impri audit verify``), recorded like a queued one."""
-    result = verify(checkpoints=[*checkpoints, *_stored_checkpoints()])
+    result = verify(checkpoints=[*checkpoints, *_stored_checkpoints()], progress=progress)
     run = VerificationRun(
         kind=VerificationRun.Kind.FULL, requested_by=by, requested_at=timezone.now()
     )

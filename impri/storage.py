@@ -25,7 +25,7 @@ def is_sqlite() -> bool:
     return settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
 
 
-def backup_sqlite(target: Path) -> int:
+def backup_sqlite(target: Path, progress=None) -> int:
     """Copy the live SQLite database to ``target`` with SQLite's online backup API.
 
     The copy is consistent even while ``impri serve`` writes (the backup restarts
@@ -41,7 +41,12 @@ def backup_sqlite(target: Path) -> int:
     try:
         dst = sqlite3.connect(partial)
         try:
-            src.backup(dst)
+            if progress is None:
+                src.backup(dst)
+            else:  # progress(pages copied, pages in all), every 256 pages
+                src.backup(
+                    dst, pages=256, progress=lambda _, left, total: progress(total - left, total)
+                )
             # A restore is a copy of one file: no WAL beside it.
             dst.execute("PRAGMA journal_mode=DELETE")
             if dst.execute("PRAGMA integrity_check").fetchone()[0] != "ok":

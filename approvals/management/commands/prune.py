@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+import sys
+
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from approvals import retention
+from impri.progress import Progress
 
 
 class Command(BaseCommand):
@@ -25,6 +28,13 @@ class Command(BaseCommand):
         if not days:
             self.stdout.write("IMPRI_RETENTION_DAYS is 0: history is kept, nothing pruned.")
             return
-        done = retention.prune(days=days)
+        bar = Progress("pruning deliveries and notifications", 0, sys.stderr)
+
+        def deleted(count: int, in_all: int) -> None:
+            bar.total = in_all
+            bar.advance(count - bar.done)
+
+        with bar:
+            done = retention.prune(days=days, progress=deleted)
         summary = ", ".join(f"{n} {what.replace('_', ' ')}" for what, n in done.items())
         self.stdout.write(f"Pruned what is older than {days} days: {summary}.")

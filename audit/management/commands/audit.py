@@ -10,6 +10,7 @@ from django.db import DatabaseError
 from django.utils.dateparse import parse_datetime
 
 from audit import export, log
+from impri.progress import Progress
 
 
 class Command(BaseCommand):
@@ -40,8 +41,15 @@ class Command(BaseCommand):
     def _verify(self, checkpoints: str | None, **options):
         pins = _read_checkpoints(checkpoints) if checkpoints else []
         # Recorded as a full run: routine checks (GET /api/v1/audit/verify) start after it.
+        bar = Progress("verifying the audit chain", 0, sys.stderr)
+
+        def tracked(events, total):
+            bar.total = total
+            return bar.track(events)
+
         try:
-            result = log.verify_full_now(by="cli", checkpoints=pins)
+            with bar:
+                result = log.verify_full_now(by="cli", checkpoints=pins, progress=tracked)
         except DatabaseError as exc:  # the table is gone or unreadable: a verdict, not a traceback
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             self.stderr.write(f"BROKEN: the audit log cannot be read ({reason})")

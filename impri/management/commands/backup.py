@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import sqlite3
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from approvals import grants
 from impri import storage
+from impri.progress import Progress
 
 
 class Command(BaseCommand):
@@ -31,13 +34,21 @@ class Command(BaseCommand):
         stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         target = Path(path) if path else settings.DATA_DIR / "backups" / f"impri-{stamp}.sqlite3"
         target = target.resolve()
+        bar = Progress("backing up (pages)", 0, sys.stderr)
+
+        def copied(done: int, total: int) -> None:
+            bar.total = total
+            bar.advance(done - bar.done)
+
         try:
-            size = storage.backup_sqlite(target)
+            with bar:
+                size = storage.backup_sqlite(target, progress=copied)
         except (OSError, sqlite3.Error) as exc:
             raise CommandError(f"backup failed: {exc}") from None
-        key_file = settings.DATA_DIR / "secret_key"
-        if key_file.exists():
+        keys = [p for p in (settings.DATA_DIR / "secret_key", grants.key_dir()) if p.exists()]
+        if keys:
             self.stderr.write(
-                f"Keep {key_file} with the backup too: sessions and audit checkpoints are signed with it."
+                f"Keep {' and '.join(map(str, keys))} with the backup too: sessions, audit "
+                "checkpoints and approval grants are signed with them (docs/operations.md)."
             )
         self.stdout.write(f"Backed up {size} bytes to {target}")

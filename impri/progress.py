@@ -1,0 +1,93 @@
+"""A progress bar for long commands, on a terminal only: quiet when piped or redirected.
+
+    with Progress("verifying", total=events, stream=sys.stderr) as bar:
+        for event in bar.track(events):
+            ...
+
+It redraws one line on stderr at most five times a second: a bar, the count done of the
+total, and the time left at the rate so far. When the stream is not a terminal (a pipe, a
+file, CI, cron) it writes nothing at all, so logs and scripts see only what the command
+prints on purpose.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from typing import TextIO, TypeVar
+
+T = TypeVar("T")
+WIDTH = 24
+
+
+def is_terminal(stream) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except (OSError, ValueError):
+        return False
+
+
+class Progress:
+    def __init__(self, label: str, total: int, stream: TextIO | None = None, every_s: float = 0.2):
+        self.label, self.total = label, max(int(total), 0)
+        self.stream = stream if stream is not None else sys.stderr
+        self.on = is_terminal(self.stream)
+        self.every_s = every_s
+        self.done = 0
+        self.started = time.monotonic()
+        self._drawn = 0.0
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+        if self.on and time.monotonic() - self._drawn >= self.every_s:
+            self._draw()
+
+    def track(self, items: Iterable[T]) -> Iterator[T]:
+        for item in items:
+            yield item
+            self.advance()
+
+    def line(self) -> str:
+        total = max(self.total, self.done)
+        share = self.done / total if total else 1.0
+        filled = int(share * WIDTH)
+        elapsed = time.monotonic() - self.started
+        if self.done and total > self.done:
+            left = f"{_duration(elapsed / self.done * (total - self.done))} left"
+        elif total and self.done >= total:
+            left = f"done in {_duration(elapsed)}"
+        else:
+            left = ""
+        bar = "#" * filled + "." * (WIDTH - filled)
+        return f"{self.label} [{bar}] {self.done:,}/{total:,} {share:4.0%} {left}".rstrip()
+
+    def _draw(self) -> None:
+        self._drawn = time.monotonic()
+        self.stream.write("\r" + self.line() + "\x1b[K")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.on:
+            self._draw()
+            self.stream.write("\n")
+            self.stream.flush()
+            self.on = False
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds + 0.5)
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
