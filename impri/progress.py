@@ -30,8 +30,12 @@ def is_terminal(stream) -> bool:
 
 
 class Progress:
-    def __init__(self, label: str, total: int, stream: TextIO | None = None, every_s: float = 0.2):
-        self.label, self.total = label, max(int(total), 0)
+    def __init__(
+        self, label: str, total: int | None, stream: TextIO | None = None, every_s: float = 0.2
+    ):
+        """``total`` None: not known in advance (the count so far and the rate instead)."""
+        self.label = label
+        self.total = None if total is None else max(int(total), 0)
         self.stream = stream if stream is not None else sys.stderr
         self.on = is_terminal(self.stream)
         self.every_s = every_s
@@ -56,10 +60,13 @@ class Progress:
             self.advance()
 
     def line(self) -> str:
+        elapsed = time.monotonic() - self.started
+        if self.total is None:
+            rate = f", {self.done / elapsed:,.0f}/s" if elapsed > 0.5 else ""
+            return f"{self.label}: {self.done:,} so far{rate} ({_duration(elapsed)})"
         total = max(self.total, self.done)
         share = self.done / total if total else 1.0
         filled = int(share * WIDTH)
-        elapsed = time.monotonic() - self.started
         if self.done and total > self.done:
             left = f"{_duration(elapsed / self.done * (total - self.done))} left"
         elif total and self.done >= total:

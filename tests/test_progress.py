@@ -28,6 +28,10 @@ def test_the_bar_counts_and_says_what_is_left_and_is_silent_off_a_terminal():
     text = shown.getvalue()
     assert "\rverifying [" in text and "2/4  50%" in text and "4/4 100% done in" in text
     assert text.endswith("\n")
+    unknown = Terminal()
+    with Progress("replaying", None, unknown, every_s=0) as bar:
+        list(bar.track(range(3)))
+    assert "replaying: 3 so far" in unknown.getvalue()
     piped = io.StringIO()
     with Progress("verifying", 4, piped, every_s=0) as bar:
         list(bar.track("abcd"))
@@ -67,6 +71,8 @@ def test_long_commands_draw_a_bar_on_a_terminal_and_nothing_when_piped():
     try:
         deployment.impri("migrate", "--no-input")
         deployment.impri("createagent", "bar-bot")  # some audit events to verify
+        rules = deployment.data_dir / "rules.yaml"
+        rules.write_text("rules: []\n")
         commands = [("audit", "verify"), ("prune", "--days", "1")]
         if not SCALED:
             commands.append(("backup", str(deployment.data_dir / "copy.sqlite3")))
@@ -76,5 +82,7 @@ def test_long_commands_draw_a_bar_on_a_terminal_and_nothing_when_piped():
             assert "\r" in drawn and "[" in drawn and "100%" in drawn, (command, drawn)
             piped = deployment.impri(*command)
             assert "\r" not in piped.stderr and "%" not in piped.stderr, (command, piped.stderr)
+        code, drawn = run_at_terminal(deployment, "rules", "backtest", str(rules))
+        assert code == 0 and "\rreplaying past actions: 0 so far" in drawn, drawn
     finally:
         deployment.close()

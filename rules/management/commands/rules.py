@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from impri.progress import Progress
 from rules import engine, services
 from rules.backtest import backtest, dry_run, parse_since, past_actions
 
@@ -77,7 +79,8 @@ class Command(BaseCommand):
             except ValueError as exc:
                 raise CommandError(f"--since: {exc}") from None
             path = options["amount_path"]
-            report = backtest(rules, past_actions(since), since, path, loaded.kinds)
+            with Progress("replaying past actions", None, sys.stderr) as bar:  # a terminal only
+                report = backtest(rules, bar.track(past_actions(since)), since, path, loaded.kinds)
             self.stdout.write(report.as_text(path))
 
     def _show(self, version: int | None, diff: bool):
