@@ -138,9 +138,9 @@ def test_a_decoy_editable_path_is_revealed_in_its_label(agent, rita_browser):
     action = make_action(agent.agent, payload=payload, editable=[f"payload.{decoy}"])
     body = page(rita_browser, action)
     label = body.split('class="field edit-field', 1)[1].split("</label>", 1)[0]
-    assert "<code>payload.amount_cents</code>" not in label
+    assert "<code>payload.<wbr>amount_cents</code>" not in label
     assert (
-        'payload.amount<span class="hidden-char" title="ZERO WIDTH SPACE">U+200B</span>_cents'
+        'payload.<wbr>amount<span class="hidden-char" title="ZERO WIDTH SPACE">U+200B</span>_cents'
         in label
     )
     assert "hidden characters in this path" in label

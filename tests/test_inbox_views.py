@@ -364,7 +364,7 @@ def test_action_page_shows_what_will_happen_beside_what_the_agent_says(action, r
     assert "support-bot" in body
     assert 'class="countdown countdown-big"' in body
     assert (
-        '<label for="id_approve-payload.amount_cents"><code>payload.amount_cents</code></label>'
+        '<label for="id_approve-payload.amount_cents"><code>payload.<wbr>amount_cents</code></label>'
         in body
     )
     assert re.search(

@@ -33,6 +33,10 @@ OPEN_PREFIXES = (
     "/metrics",
     "/.well-known/",
     "/integrations/",
+    # The installable inbox's files: no reviewer data, fetched by the browser on its own.
+    "/inbox/manifest.webmanifest",
+    "/inbox/sw.js",
+    "/inbox/offline",
 )
 
 

@@ -19,6 +19,13 @@ def reveal(text: object) -> SafeString:
 
 
 @register.filter
+def reveal_path(path: object) -> SafeString:
+    """``reveal`` for a dotted path, breakable only after a dot: never mid-word on a phone."""
+    segments = str(path).split(".")
+    return SafeString(".<wbr>".join(render.reveal(segment) for segment in segments))
+
+
+@register.filter
 def reveal_plain(text: object) -> str:
     return render.reveal_plain(text)
 
