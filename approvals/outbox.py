@@ -82,6 +82,9 @@ def enqueue_notifications(action: Action, group: Group, kind: str) -> int:
         Notification.objects.create(action=action, group=group, kind=kind, channel=channel)
     if channels:
         _kick_on_commit("approvals.tasks.send_notifications")
+    from webpush import delivery as push  # reviewers' phones: a push outbox and lane of its own
+
+    push.enqueue(action, group, kind)
     return len(channels)
 
 

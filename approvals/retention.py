@@ -3,7 +3,7 @@
 What goes, once older than the retention:
 
 * webhook deliveries that were delivered or given up, with their attempts;
-* notifications that were delivered or given up;
+* notifications and pushes to reviewers' phones that were delivered or given up;
 * budget counters of windows that started before the cutoff (a window is an
   hour or a day, so a counter that old is never reserved against again).
 
@@ -68,10 +68,23 @@ def prune(now: datetime | None = None, days: int | None = None, progress=None) -
         done["notifications"] += Notification.objects.filter(pk__in=ids).delete()[0]
         if progress is not None:
             progress(done["webhook_deliveries"] + done["notifications"], in_all)
+    if pushes := _prune_pushes(finished_before):  # webpush's outbox, when there was any
+        done["push_deliveries"] = pushes
     done["budget_counters"] = _prune_budgets(cutoff)
     if any(done.values()):
         logger.info("pruned history older than %d days: %s", days, done)
     return done
+
+
+def _prune_pushes(finished_before: Q) -> int:
+    from webpush.models import PushDelivery
+
+    pruned = 0
+    while ids := list(
+        PushDelivery.objects.filter(finished_before).values_list("pk", flat=True)[:BATCH]
+    ):
+        pruned += PushDelivery.objects.filter(pk__in=ids).delete()[0]
+    return pruned
 
 
 def _prune_budgets(cutoff: datetime) -> int:

@@ -46,9 +46,14 @@ def queue(now: datetime) -> Queue:
 def outbox(now: datetime) -> list[Lane]:
     """Per lane (webhooks, notifications): due now, how long the oldest has waited, failing, given up."""
     from approvals.models import Notification, WebhookDelivery
+    from webpush.models import PushDelivery
 
     lanes = []
-    for name, model in (("webhooks", WebhookDelivery), ("notifications", Notification)):
+    for name, model in (
+        ("webhooks", WebhookDelivery),
+        ("notifications", Notification),
+        ("push", PushDelivery),
+    ):
         open_rows = Q(delivered_at__isnull=True, gave_up_at__isnull=True)
         is_due = open_rows & Q(next_attempt_at__lte=now)
         row = model.objects.order_by().aggregate(

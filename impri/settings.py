@@ -103,6 +103,7 @@ INSTALLED_APPS = [
     "django_otp.plugins.otp_totp",
     "django_otp.plugins.otp_static",
     "twofactor",
+    "webpush",
 ]
 
 MIDDLEWARE = [
@@ -395,6 +396,10 @@ IMPRI_DELIVERY_PER_DESTINATION = envint("IMPRI_DELIVERY_PER_DESTINATION", minimu
 # Internal networks agent callbacks and admin-entered webhook URLs may reach (comma-separated
 # CIDRs); every other loopback, private, link-local, CGNAT or unique-local address is refused.
 IMPRI_CALLBACK_ALLOWED_NETWORKS = envcidrs("IMPRI_CALLBACK_ALLOWED_NETWORKS")
+# Web Push to reviewers' phones (webpush/): the VAPID key (PEM, or _FILE; empty: generated
+# into the data dir) and the contact push services see (empty: the https base URL).
+IMPRI_VAPID_PRIVATE_KEY = env("IMPRI_VAPID_PRIVATE_KEY")
+IMPRI_VAPID_SUBJECT = env("IMPRI_VAPID_SUBJECT")
 # Delivered (or given-up) webhooks with their attempts, notifications and budget
 # windows older than this many days are pruned every hour; 0 keeps them. Never the audit log.
 IMPRI_RETENTION_DAYS = envint("IMPRI_RETENTION_DAYS", minimum=0)
@@ -425,6 +430,7 @@ CELERY_BEAT_SCHEDULE = {
         "task": "slackapp.tasks.deliver_slack_messages",
         "schedule": IMPRI_TICK_S,
     },
+    "deliver-pushes": {"task": "webpush.tasks.deliver_pushes", "schedule": IMPRI_TICK_S},
 }
 if IMPRI_AUDIT_VERIFY_EVERY_S:
     CELERY_BEAT_SCHEDULE["verify-audit-chain"] = {

@@ -90,6 +90,8 @@ VARIABLES: list[Var] = [
     Var("IMPRI_SLACK_BOT_TOKEN", "", "empty (no Slack app)", "the Slack app's bot token: Block Kit messages with Approve / Edit / Reject in each reviewer group's channel ([docs/slack.md](docs/slack.md))", "serve, worker"),
     Var("IMPRI_SLACK_SIGNING_SECRET", "", "empty (interactivity refused)", "verifies Slack's requests to `/integrations/slack/interactivity`", "serve"),
     Var("IMPRI_SLACK_API_URL", "", "`https://slack.com/api/`", "Slack's Web API base URL", "serve, worker"),
+    Var("IMPRI_VAPID_PRIVATE_KEY", "", "generated once into `IMPRI_DATA_DIR/vapid_private_key.pem`", "the P-256 key (PEM) that signs Web Push messages to reviewers' phones (VAPID, RFC 8292); `IMPRI_VAPID_PRIVATE_KEY_FILE` for a file; every process must share it, and after a change every phone must turn notifications on again ([docs/inbox.md](docs/inbox.md))", "serve, worker"),
+    Var("IMPRI_VAPID_SUBJECT", "", "the `https://` `IMPRI_BASE_URL`, else `mailto:impri@localhost`", "the contact push services are given with each push (`mailto:` or `https:` URL)", "serve, worker"),
     Var("IMPRI_SLACK_MAX_APPROVE_CENTS", "50000", "`50000`", "no approving or editing from Slack above this amount (minor units); the inbox still can", "serve, mcp"),
     Var("IMPRI_RETENTION_DAYS", "90", "`90`", "delivered or given-up webhooks (and their attempts), notifications and budget windows older than this are pruned hourly (`impri prune` does it now); `0` keeps everything; the audit log is never pruned", "serve, worker"),
     Var("IMPRI_AUDIT_VERIFY_EVERY_S", "3600", "`3600`", "the audit chain is verified this often in the background, from the last verified run (`0`: only on demand); `/metrics` and the admin index show the latest result", "serve (embedded), beat"),

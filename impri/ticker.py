@@ -64,8 +64,9 @@ def delivery_sweeps():
     """
     from approvals import notify, webhooks
     from slackapp import delivery as slack
+    from webpush import delivery as push
 
-    return [webhooks.LANE.sweeper, notify.LANE.sweeper, slack.LANE.sweeper]
+    return [webhooks.LANE.sweeper, notify.LANE.sweeper, slack.LANE.sweeper, push.LANE.sweeper]
 
 
 def run_sweeps(sweeps) -> dict[str, int]:

@@ -1,5 +1,7 @@
 from django.urls import path
 
+from webpush import views as push
+
 from . import pwa, views
 
 app_name = "inbox"
@@ -12,6 +14,10 @@ urlpatterns = [
     path("inbox/manifest.webmanifest", pwa.manifest, name="manifest"),
     path("inbox/sw.js", pwa.service_worker, name="service_worker"),
     path("inbox/offline", pwa.offline, name="offline"),
+    path("inbox/push/", push.devices, name="devices"),
+    path("inbox/push/key", push.public_key, name="push_key"),
+    path("inbox/push/subscriptions", push.subscriptions, name="push_subscriptions"),
+    path("inbox/push/devices/<int:pk>/remove", push.remove_device, name="remove_device"),
     path("inbox/actions/<str:action_id>", views.action_detail, name="action"),
     path("inbox/actions/<str:action_id>/decide", views.decide, name="decide"),
     path("inbox/actions/<str:action_id>/claim", views.claim, name="claim"),

@@ -114,6 +114,7 @@ def test_every_page_fits_a_phone(phone, server, keys):  # noqa: F811
         f"/inbox/actions/{pending}",
         f"/inbox/actions/{nested}",
         f"/inbox/actions/{decided}",
+        "/inbox/push/",
         "/accounts/2fa/",
         "/admin/",
     ]

@@ -1,0 +1,272 @@
+"""Web Push to reviewers' phones (issue 32): subscriptions, the push outbox, a round trip.
+
+The push service is a receiver this test starts on loopback (allowed through
+IMPRI_CALLBACK_ALLOWED_NETWORKS), and the browser's keys are made here: what arrives
+must carry a VAPID signature (RFC 8292) by the key the server publishes, and decrypt
+(RFC 8291, with http_ece, independently of pywebpush) to a message naming the amount.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import http_ece
+import jwt
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from django.test import Client
+
+from approvals.models import Action
+from tests.factories import make_action
+from webpush import delivery
+from webpush.models import PushDelivery, PushSubscription
+
+
+def b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def unb64url(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+class PushService:
+    """A push service on loopback: keeps each request, answers ``status``."""
+
+    def __init__(self):
+        self.received: list[dict] = []
+        self.status = 201
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length", "0"))
+                outer.received.append(
+                    {
+                        "path": self.path,
+                        "headers": dict(self.headers),
+                        "body": self.rfile.read(length),
+                    }
+                )
+                self.send_response(outer.status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def origin(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Browser:
+    """What a browser keeps for one subscription: its P-256 key pair and auth secret."""
+
+    def __init__(self, endpoint: str):
+        self.key = ec.generate_private_key(ec.SECP256R1())
+        self.auth = os.urandom(16)
+        point = self.key.public_key().public_bytes(
+            serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint
+        )
+        self.json = {
+            "endpoint": endpoint,
+            "expirationTime": None,
+            "keys": {"p256dh": b64url(point), "auth": b64url(self.auth)},
+        }
+
+    def decrypt(self, body: bytes) -> dict:
+        plain = http_ece.decrypt(
+            body, private_key=self.key, auth_secret=self.auth, version="aes128gcm"
+        )
+        return json.loads(plain)
+
+
+@pytest.fixture
+def push_service(settings, tmp_path):
+    settings.IMPRI_CALLBACK_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    settings.DATA_DIR = tmp_path  # a VAPID key of this test's own
+    settings.IMPRI_VAPID_PRIVATE_KEY = ""
+    from webpush import keys
+
+    keys._load.cache_clear()
+    service = PushService()
+    yield service
+    service.close()
+    keys._load.cache_clear()
+
+
+def signed_in(persona) -> Client:
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(persona.user)
+    client.get("/inbox/")  # sets the CSRF cookie, as the page does for its script
+    return client
+
+
+def csrf(client: Client) -> dict:
+    return {"X-CSRFToken": client.cookies["csrftoken"].value}
+
+
+def subscribe(client: Client, body: dict):
+    return client.post(
+        "/inbox/push/subscriptions", json.dumps(body), "application/json", headers=csrf(client)
+    )
+
+
+def unsubscribe(client: Client, endpoint: str):
+    data = json.dumps({"endpoint": endpoint})
+    return client.delete(
+        "/inbox/push/subscriptions", data, "application/json", headers=csrf(client)
+    )
+
+
+@pytest.mark.django_db
+def test_a_pushed_action_arrives_signed_and_decrypts_to_its_amount_then_410_forgets_it(
+    push_service, rita, agent
+):
+    client = signed_in(rita)
+    browser = Browser(push_service.origin + "/push/rita-phone")
+    answer = subscribe(client, browser.json)
+    assert answer.status_code == 201, answer.content
+    assert PushSubscription.objects.get().user == rita.user
+
+    action = make_action(agent.agent, title="Refund $84.00 on order 10432")
+    assert PushDelivery.objects.filter(action=action).count() == 1
+    assert delivery.send_due() == 1
+    assert len(push_service.received) == 1
+    request = push_service.received[0]
+    assert request["path"] == "/push/rita-phone"
+    assert request["headers"]["Content-Encoding"] == "aes128gcm"
+    assert int(request["headers"]["TTL"]) > 0
+
+    # VAPID (RFC 8292): a JWT for this push service's origin, signed by the published key.
+    scheme, _, params = request["headers"]["Authorization"].partition(" ")
+    assert scheme == "vapid"
+    fields = dict(part.strip().split("=", 1) for part in params.split(","))
+    published = client.get("/inbox/push/key").json()["publicKey"]
+    assert fields["k"] == published
+    public = ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), unb64url(fields["k"]))
+    claims = jwt.decode(fields["t"], public, algorithms=["ES256"], audience=push_service.origin)
+    assert claims["sub"].startswith(("mailto:", "https://"))
+
+    message = browser.decrypt(request["body"])
+    assert message["action_id"] == action.pk
+    assert message["title"] == "Refund $84.00 on order 10432"
+    assert message["amount"] == "$84.00 USD"
+    assert message["url"].endswith(f"/inbox/actions/{action.pk}")
+    assert set(message) <= {"action_id", "title", "amount", "url", "kind", "headline", "what"}
+    assert "mug" not in json.dumps(message)  # the preview and context stay on the server
+
+    # The browser dropped the subscription: the push service says 410, Impri forgets it.
+    push_service.status = 410
+    make_action(agent.agent, title="Refund $12.00 on order 10433")
+    assert delivery.send_due() == 1
+    assert len(push_service.received) == 2
+    assert not PushSubscription.objects.exists()
+    assert not PushDelivery.objects.filter(delivered_at__isnull=True, gave_up_at__isnull=True)
+
+
+@pytest.mark.django_db
+def test_a_failing_push_service_is_retried_and_a_decided_action_is_not_pushed(
+    push_service, rita, agent
+):
+    client = signed_in(rita)
+    assert subscribe(client, Browser(push_service.origin + "/p").json).status_code == 201
+    push_service.status = 503
+    action = make_action(agent.agent)
+    delivery.send_due()
+    row = PushDelivery.objects.get(action=action)
+    assert row.delivered_at is None and row.gave_up_at is None
+    assert "HTTP 503" in row.last_error and row.next_attempt_at > row.created_at
+
+    Action.objects.filter(pk=action.pk).update(status="rejected")
+    PushDelivery.objects.filter(pk=row.pk).update(next_attempt_at=row.created_at)
+    push_service.status = 201
+    delivery.send_due()
+    row.refresh_from_db()
+    assert row.gave_up_at is not None and row.last_error.startswith("skipped")
+    assert len(push_service.received) == 1  # only the failed attempt reached the service
+
+
+@pytest.mark.django_db
+def test_only_the_groups_reviewers_devices_get_a_push(push_service, rita, mallory, agent):
+    subscribe(signed_in(rita), Browser(push_service.origin + "/rita").json)
+    subscribe(signed_in(mallory), Browser(push_service.origin + "/mallory").json)
+    action = make_action(agent.agent)
+    rows = PushDelivery.objects.filter(action=action)
+    assert [r.subscription.endpoint.rsplit("/", 1)[1] for r in rows] == ["rita"]
+
+
+@pytest.mark.django_db
+def test_subscriptions_need_a_session_csrf_https_and_a_public_or_allowed_host(
+    push_service, rita, settings
+):
+    body = Browser(push_service.origin + "/x").json
+    anonymous = Client(enforce_csrf_checks=True)
+    assert anonymous.post(
+        "/inbox/push/subscriptions", json.dumps(body), "application/json"
+    ).status_code in (401, 403)
+
+    client = signed_in(rita)
+    no_token = client.post("/inbox/push/subscriptions", json.dumps(body), "application/json")
+    assert no_token.status_code == 403
+
+    settings.IMPRI_CALLBACK_ALLOWED_NETWORKS = []
+    refused = subscribe(client, body)
+    assert refused.status_code == 400 and "loopback" in refused.json()["error"]
+    settings.IMPRI_CALLBACK_ALLOWED_NETWORKS = ["10.0.0.0/8"]
+    refused = subscribe(client, {**body, "endpoint": "https://127.0.0.1/x"})
+    assert refused.status_code == 400
+    settings.IMPRI_CALLBACK_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    for bad_keys in (
+        {"p256dh": "AAAA", "auth": body["keys"]["auth"]},
+        {"p256dh": body["keys"]["p256dh"]},
+        "x",
+    ):
+        assert subscribe(client, {**body, "keys": bad_keys}).status_code == 400
+    assert subscribe(client, {**body, "endpoint": "ftp://127.0.0.1/x"}).status_code == 400
+    assert (
+        client.post(
+            "/inbox/push/subscriptions", b"{", "application/json", headers=csrf(client)
+        ).status_code
+        == 400
+    )
+
+    assert subscribe(client, body).status_code == 201
+    assert subscribe(client, body).status_code == 200  # the same browser again: one device
+    devices = client.get("/inbox/push/subscriptions").json()["devices"]
+    assert len(devices) == 1 and devices[0]["endpoint_host"] == "127.0.0.1"
+    page = client.get("/inbox/push/")
+    assert page.status_code == 200 and b"data-device=" in page.content
+
+    assert unsubscribe(client, body["endpoint"]).status_code == 204
+    assert not PushSubscription.objects.exists()
+    assert unsubscribe(client, body["endpoint"]).status_code == 404
+
+
+@pytest.mark.django_db
+def test_the_vapid_key_can_be_given(push_service, settings):
+    from webpush import keys
+
+    given = ec.generate_private_key(ec.SECP256R1())
+    settings.IMPRI_VAPID_PRIVATE_KEY = given.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    point = given.public_key().public_bytes(
+        serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint
+    )
+    assert Client().get("/inbox/push/key").json()["publicKey"] == b64url(point)
+    assert not (settings.DATA_DIR / keys.FILE_NAME).exists()
