@@ -132,3 +132,11 @@ def test_a_worker_run_as_root_says_so_in_one_line_instead_of_celerys_warning(dep
     text = "".join(lines)
     assert "warning: impri worker runs as root; run it as an unprivileged user" in text, text
     assert "superuser privileges" not in text, text
+
+
+def test_a_normal_start_says_it_listens_once_and_nothing_of_daphnes_info(deployment):
+    server = deployment.start_server()
+    output = server.output()
+    assert output.count("Impri is listening on ") == 1, output
+    assert "HTTP/2" not in output and "Configuring endpoint" not in output, output
+    assert "Starting server at" not in output and "Listening on TCP address" not in output
