@@ -16,7 +16,7 @@ class Command(BaseCommand):
         "The key that signs approval grants. `new` prints a new key (PEM) to share across "
         "replicas (IMPRI_GRANT_SIGNING_KEY_FILE; needs no database); `show` prints the "
         "published JWKS; `list` the published keys; `rotate` replaces a generated key (the "
-        "old public key stays published); `retire KID` stops publishing one."
+        "old public key stays published); `retire -- KID` stops publishing one."
     )
     requires_system_checks = []  # `new` runs before any database exists (README, Compose)
 
