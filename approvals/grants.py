@@ -29,6 +29,7 @@ index report more than one.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -164,7 +165,29 @@ def publish() -> str:
             break
         except IntegrityError:  # another replica published it in between: update it
             continue
-    return key.kid
+    kid = key.kid
+    transaction.on_commit(lambda: _cache.__setitem__("published", kid), robust=True)
+    return kid
+
+
+def _publish_once() -> None:
+    """Before the first grant this process signs, if publishing at start did not happen.
+
+    A server started before `impri migrate` could not publish then; its grants must
+    still verify against the other replicas' JWKS. One savepoint, once per key.
+    """
+    if _cache.get("published") == signing_key().kid:
+        return
+    try:
+        asyncio.get_running_loop()
+        return  # on the event loop (the gateway signs there): no database here
+    except RuntimeError:
+        pass
+    try:
+        with transaction.atomic():
+            publish()
+    except DatabaseError as exc:
+        logger.warning("grant signing key not published (run impri migrate): %s", exc)
 
 
 def publish_at_start() -> None:
@@ -294,6 +317,7 @@ def claims_for(action) -> dict | None:
 
 
 def sign(claims: dict) -> str:
+    _publish_once()
     key = signing_key()
     return jwt.encode(
         claims, key.private, algorithm=ALGORITHM, headers={"kid": key.kid, "typ": "JWT"}

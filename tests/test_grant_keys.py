@@ -121,3 +121,16 @@ def test_grantkey_new_prints_a_key_that_can_be_given_to_every_process(settings, 
         assert GrantSigningKey.objects.get().source.startswith("IMPRI_GRANT_SIGNING_KEY_FILE=")
     finally:
         grants.forget_keys()
+
+
+@pytest.mark.django_db(transaction=True)  # "published" counts once the publishing commits
+def test_a_process_that_could_not_publish_at_start_publishes_before_its_first_grant(replica):
+    replica(1)
+    GrantSigningKey.objects.all().delete()  # as if it started before `impri migrate`
+    grants.forget_keys()
+    kid = grants.signing_key().kid
+    grants.sign({"act": "act_x", "payload_sha256": "0", "jti": "j", "exp": 1})
+    assert list(GrantSigningKey.objects.values_list("kid", flat=True)) == [kid]
+    GrantSigningKey.objects.all().delete()
+    grants.sign({"act": "act_y", "payload_sha256": "0", "jti": "k", "exp": 1})  # once: no query
+    assert not GrantSigningKey.objects.exists()
