@@ -154,7 +154,9 @@ def _step_up_prompt(request: HttpRequest, action) -> dict | None:
     money = presenters.action_money.primary(action)
     return {
         "limit": presenters.Money(stepup.threshold(), money.currency if money else ""),
-        "enrolled": twofactor.authenticator(request.user) is not None,
+        "enrolled": twofactor.has_second_factor(request.user),
+        "app": twofactor.authenticator(request.user) is not None,
+        "passkey": twofactor.has_passkey(request.user),
     }
 
 

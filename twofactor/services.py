@@ -53,6 +53,17 @@ def authenticator(user) -> TOTPDevice | None:
     return TOTPDevice.objects.devices_for_user(user, confirmed=True).first()
 
 
+def has_passkey(user) -> bool:
+    from .models import PasskeyDevice
+
+    return PasskeyDevice.objects.filter(user=user, confirmed=True).exists()
+
+
+def has_second_factor(user) -> bool:
+    """An authenticator app or a passkey: what the session must pass after the password."""
+    return authenticator(user) is not None or has_passkey(user)
+
+
 def recovery_codes_left(user) -> int:
     return StaticToken.objects.filter(device__user=user, device__confirmed=True).count()
 
@@ -68,7 +79,7 @@ def required_step(request) -> str | None:
     user = request.user
     if not user.is_authenticated or is_verified(request):
         return None
-    if authenticator(user) is not None:
+    if has_second_factor(user):
         return "verify"
     if settings.IMPRI_REQUIRE_2FA:
         return "enrol"
@@ -85,7 +96,7 @@ def session_passes(user, session) -> bool:
     device = Device.from_persistent_id(device_id) if isinstance(device_id, str) else None
     if device is not None and device.user_id == user.pk and device.confirmed:
         return True
-    if authenticator(user) is not None:
+    if has_second_factor(user):
         return False
     return not settings.IMPRI_REQUIRE_2FA
 
@@ -210,9 +221,9 @@ def verify(request, code: str, *, step_up: bool = False) -> bool:
         data = {"device": device.name}
         if isinstance(device, StaticDevice):
             data["recovery_codes_left"] = device.token_set.count()
-            _record_user("twofactor.recovery_code_used", user, data)
+            record_user("twofactor.recovery_code_used", user, data)
         if step_up:
-            _record_user("stepup.verified", user, data)
+            record_user("stepup.verified", user, data)
     django_otp.login(request, device)
     stamp(request.session)
     return True
@@ -233,7 +244,8 @@ def _normal(code: str) -> str:
     return "".join(str(code).split()).lower()[:32]
 
 
-def _record_user(event: str, user, data: dict) -> None:
+def record_user(event: str, user, data: dict) -> None:
+    """Append a second-factor event by the user themselves (inside the caller's transaction)."""
     audit.record(
         event,
         actor_type=ActorType.REVIEWER,
@@ -247,8 +259,11 @@ def _record_user(event: str, user, data: dict) -> None:
 
 
 def remove_devices(user) -> int:
-    """Remove the user's authenticator and recovery codes (each removal is audited by a signal)."""
+    """Remove the user's authenticator, passkeys and recovery codes (each removal is audited by a signal)."""
+    from .models import PasskeyDevice
+
     with transaction.atomic():
         removed = TOTPDevice.objects.filter(user=user).delete()[0]
+        removed += PasskeyDevice.objects.filter(user=user).delete()[0]
         StaticDevice.objects.filter(user=user).delete()
     return removed

@@ -11,11 +11,13 @@ from django_otp.plugins.otp_totp.models import TOTPDevice
 from audit import log as audit
 from audit.identity import current_actor, user_ref
 
+from .models import PasskeyDevice
 from .services import SESSION_AT
 
 
+@receiver(post_delete, sender=PasskeyDevice)
 @receiver(post_delete, sender=TOTPDevice)
-def record_removal(sender, instance: TOTPDevice, **kwargs):
+def record_removal(sender, instance: TOTPDevice | PasskeyDevice, **kwargs):
     if not instance.confirmed:  # an enrolment never finished: nothing was protected by it
         return
     user = instance.user

@@ -108,4 +108,116 @@
   }
 
   document.querySelectorAll("[data-push-control]").forEach(setUpPush);
+
+  // --- Passkeys (WebAuthn): the browser's half of each ceremony ---------------------------
+  function toBuffer(b64url) { return keyBytes(b64url).buffer; }
+
+  function toB64url(buffer) {
+    const bytes = new Uint8Array(buffer);
+    let text = "";
+    for (let i = 0; i < bytes.length; i++) text += String.fromCharCode(bytes[i]);
+    return btoa(text).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  }
+
+  function creationOptions(json) {
+    const o = Object.assign({}, json);
+    o.challenge = toBuffer(json.challenge);
+    o.user = Object.assign({}, json.user, { id: toBuffer(json.user.id) });
+    o.excludeCredentials = (json.excludeCredentials || []).map(function (c) { return Object.assign({}, c, { id: toBuffer(c.id) }); });
+    return o;
+  }
+
+  function requestOptions(json) {
+    const o = Object.assign({}, json);
+    o.challenge = toBuffer(json.challenge);
+    o.allowCredentials = (json.allowCredentials || []).map(function (c) { return Object.assign({}, c, { id: toBuffer(c.id) }); });
+    return o;
+  }
+
+  function credentialJSON(credential) {
+    const r = credential.response;
+    const response = { clientDataJSON: toB64url(r.clientDataJSON) };
+    if (r.attestationObject) {
+      response.attestationObject = toB64url(r.attestationObject);
+      if (r.getTransports) response.transports = r.getTransports();
+    } else {
+      response.authenticatorData = toB64url(r.authenticatorData);
+      response.signature = toB64url(r.signature);
+      if (r.userHandle) response.userHandle = toB64url(r.userHandle);
+    }
+    return {
+      id: credential.id,
+      rawId: toB64url(credential.rawId),
+      type: credential.type,
+      response: response,
+      clientExtensionResults: credential.getClientExtensionResults ? credential.getClientExtensionResults() : {},
+      authenticatorAttachment: credential.authenticatorAttachment || null,
+    };
+  }
+
+  // Ask for options, run the ceremony, post the result: resolves with the server's answer.
+  function ceremony(optionsUrl, url, create, extra) {
+    return send(optionsUrl, "POST", {}).then(function (options) {
+      return create
+        ? navigator.credentials.create({ publicKey: creationOptions(options) })
+        : navigator.credentials.get({ publicKey: requestOptions(options) });
+    }).then(function (credential) {
+      if (!credential) throw new Error("no passkey was given");
+      return send(url, "POST", Object.assign({ credential: credentialJSON(credential) }, extra || {}));
+    });
+  }
+
+  function passkeysWork() { return "PublicKeyCredential" in window && navigator.credentials; }
+
+  document.querySelectorAll("[data-passkey-register]").forEach(function (box) {
+    const button = box.querySelector("[data-passkey-register-button]");
+    const status = box.querySelector("[data-passkey-status]");
+    if (!passkeysWork()) { button.disabled = true; status.textContent = "This browser has no passkeys."; return; }
+    button.addEventListener("click", function () {
+      button.disabled = true;
+      status.textContent = "Follow your device's prompt…";
+      const name = (document.getElementById("passkey-name") || {}).value || "";
+      ceremony(box.dataset.optionsUrl, box.dataset.url, true, { name: name }).then(function () {
+        status.textContent = "Passkey added.";
+        window.location.assign(box.dataset.next || window.location.pathname);
+      }).catch(function (error) {
+        status.textContent = "No passkey was added: " + error.message;
+      }).finally(function () { button.disabled = false; });
+    });
+  });
+
+  document.querySelectorAll("[data-passkey-verify]").forEach(function (box) {
+    const button = box.querySelector("[data-passkey-verify-button]");
+    const status = box.querySelector("[data-passkey-status]");
+    button.addEventListener("click", function () {
+      button.disabled = true;
+      status.textContent = "";
+      ceremony(box.dataset.optionsUrl, box.dataset.url, false, { step_up: "stepUp" in box.dataset }).then(function (answer) {
+        window.location.assign(answer.next || "/inbox/");
+      }).catch(function (error) {
+        status.textContent = "The passkey did not verify: " + error.message;
+      }).finally(function () { button.disabled = false; });
+    });
+  });
+
+  // Step-up on the action page: pressing Approve asks for the passkey first, on the same screen,
+  // then sends the approval. (Captured before htmx sees the submit.)
+  document.addEventListener("submit", function (event) {
+    const form = event.target;
+    if (!form.matches || !form.matches("form[data-passkey-stepup]")) return;
+    if (form.dataset.passkeyDone === "1") return;
+    const code = form.querySelector("#stepup-code");
+    if (code && code.value.trim()) return;  // a code from the app instead
+    if (!passkeysWork()) return;  // the server asks again, and says why
+    event.preventDefault();
+    event.stopImmediatePropagation();
+    const status = form.querySelector("[data-passkey-status]");
+    if (status) status.textContent = "";
+    ceremony(form.dataset.optionsUrl, form.dataset.url, false, { step_up: true }).then(function () {
+      form.dataset.passkeyDone = "1";
+      form.requestSubmit();
+    }).catch(function (error) {
+      if (status) status.textContent = "Not approved: the passkey did not verify (" + error.message + ").";
+    });
+  }, true);
 })();
