@@ -7,8 +7,9 @@ back onto the form's fields).
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 
 from django import forms
 from django.contrib.auth.models import Group
@@ -18,6 +19,7 @@ from approvals.errors import InvalidInput
 from approvals.models import Action, ActionStatus, RejectReason
 from approvals.schemas import resolve_path
 from approvals.services.selectors import AGES, Filters
+from rules.money import MAX_EXACT_INTEGER, SYMBOLS
 
 SORTS = [("newest", "Newest first"), ("urgent", "Most urgent first")]
 AGE_CHOICES = [
@@ -98,6 +100,38 @@ def _edit_field(original) -> forms.Field:
     return forms.CharField(required=False, strip=False, max_length=10_000)
 
 
+# The field a reviewer types an amount into, in the currency's major units ("84.00"), beside
+# the payload's own field in minor units (8400), which stays in the form, hidden.
+MAJOR = "~major"
+_MAJOR_TEXT = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
+
+
+class MajorUnitsField(forms.CharField):
+    """An amount typed in major units (``84.00``, ``1,200.50``, ``$84``), read into minor units."""
+
+    def __init__(self, exponent: int, **kwargs):
+        super().__init__(required=False, max_length=40, **kwargs)
+        self.exponent = exponent
+
+    def to_minor(self, text: str) -> int:
+        plain = "".join(c for c in text if c not in ", " and c not in SYMBOLS.values())
+        if not _MAJOR_TEXT.fullmatch(plain):
+            raise forms.ValidationError(
+                f"Enter an amount like {format(Decimal(8400).scaleb(-self.exponent), f'.{self.exponent}f')}."
+            )
+        try:
+            scaled = Decimal(plain).scaleb(self.exponent)
+        except InvalidOperation:
+            raise forms.ValidationError("Enter an amount.") from None
+        if scaled != scaled.to_integral_value():
+            places = f"{self.exponent} decimal place{'s' if self.exponent != 1 else ''}"
+            raise forms.ValidationError(f"This currency has {places} at most.")
+        minor = int(scaled)
+        if abs(minor) > MAX_EXACT_INTEGER:
+            raise forms.ValidationError("That amount is too large.")
+        return minor
+
+
 class ApproveForm(forms.Form):
     verdict = forms.CharField(widget=forms.HiddenInput, initial="approve")
     # The payload this page showed: the approval names it, so a figure changed
@@ -115,6 +149,10 @@ class ApproveForm(forms.Form):
         self.action = action
         self.fields["payload_sha256"].initial = services.payload_sha256(action.payload)
         self.current = {}
+        self.majors: dict[str, str] = {}  # money path -> the name of its major-units field
+        from .presenters import money_fields
+
+        money = money_fields(action)
         for path in action.editable:
             _, original = resolve_path({"payload": action.original_payload}, path)
             _, current = resolve_path({"payload": action.payload}, path)
@@ -124,16 +162,70 @@ class ApproveForm(forms.Form):
             field.initial = current
             field.widget.attrs["aria-describedby"] = f"id_{self.add_prefix(path)}-hint"
             self.fields[path] = field
+            if path in money and isinstance(field, forms.IntegerField):
+                self._add_major(path, field, money[path])
+
+    def _add_major(self, path: str, minor: forms.Field, money) -> None:
+        """The reviewer types major units; the minor-units field stays, hidden (the plain POST API)."""
+        shown_id = f"id_{self.add_prefix(path)}"
+        major = MajorUnitsField(money.exponent, label=path)
+        major.initial = format(money.major, f".{money.exponent}f")
+        major.widget.attrs.update(
+            {
+                "id": shown_id,
+                "inputmode": "decimal",
+                "autocomplete": "off",
+                "aria-describedby": f"{shown_id}-hint",
+                "data-major-units": str(money.exponent),
+            }
+        )
+        minor.required = False
+        minor.widget = forms.HiddenInput(attrs={"id": f"{shown_id}-minor"})
+        posted = self.data.get(self.add_prefix(path)) if self.is_bound else None
+        if posted is not None and self.add_prefix(path + MAJOR) not in self.data:
+            # Minor units posted alone (a script, an older page): shown back in major units.
+            try:
+                shown = format(Decimal(int(posted)).scaleb(-money.exponent), f".{money.exponent}f")
+            except (ValueError, TypeError):
+                shown = None
+            if shown is not None:
+                self.data = self.data.copy()
+                self.data[self.add_prefix(path + MAJOR)] = shown
+        self.fields[path + MAJOR] = major
+        self.majors[path] = path + MAJOR
+
+    def add_error(self, field, error):
+        # An error about a money path shows where the reviewer typed it: the major-units field.
+        super().add_error(self.majors.get(field, field) if field else field, error)
+
+    def clean(self):
+        cleaned = super().clean()
+        for path, name in self.majors.items():
+            text = (cleaned.get(name) or "").strip()
+            if text:
+                try:
+                    cleaned[path] = self.fields[name].to_minor(text)
+                except forms.ValidationError as error:
+                    self.add_error(name, error)
+                    cleaned.pop(path, None)
+            elif cleaned.get(path) is None and name not in self.errors:
+                self.add_error(name, "Enter an amount.")
+        return cleaned
+
+    def minor_fields(self):
+        """The hidden minor-units fields of the amounts typed in major units."""
+        return [self[path] for path in self.majors]
 
     def edit_fields(self):
-        return [self[path] for path in self.action.editable]
+        """What the reviewer edits: an amount's major-units field in place of its minor units."""
+        return [self[self.majors.get(path, path)] for path in self.action.editable]
 
     def edits(self) -> dict:
         """Only the paths the reviewer changed from what the page showed them."""
         return {
             path: self.cleaned_data[path]
             for path, shown in self.current.items()
-            if self.cleaned_data.get(path) != shown
+            if path in self.cleaned_data and self.cleaned_data.get(path) != shown
         }
 
     def note_text(self) -> str:

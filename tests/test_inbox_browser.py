@@ -175,8 +175,8 @@ def test_an_edited_approval_reaches_the_agent_and_leaves_every_queue(rita, sam, 
     row(page, action_id).get_by_role("link").click()
     expect(page).to_have_url(f"{server.url}/inbox/actions/{action_id}")
     amount = page.get_by_label("payload.amount_cents")
-    expect(amount).to_have_value("8400")
-    amount.fill("5000")
+    expect(amount).to_have_value("84.00")  # typed in dollars; the payload keeps cents
+    amount.fill("50.00")
     expect(page.locator("output.money-preview")).to_have_text("= $50.00 USD")
     expect(page.locator("#decision button.approve")).to_have_text("Approve $50.00 USD")
     page.get_by_role("button", name="Approve").click()
@@ -222,7 +222,7 @@ def test_a_second_reviewer_cannot_approve_a_figure_changed_under_them(
 
     rita.log_in()
     page = rita.open_action(action_id)
-    page.get_by_label("payload.amount_cents").fill("5000")
+    page.get_by_label("payload.amount_cents").fill("50.00")
     page.get_by_role("button", name="Approve").click()
     expect(page.locator("#reviews")).to_contain_text("you approved")
     expect(page.locator("#action")).to_have_attribute("data-status", "pending")
@@ -440,7 +440,7 @@ def test_the_page_works_without_javascript(chromium, server, agent_key):
     page.get_by_label("Search").fill("No script needed")
     page.get_by_role("button", name="Filter").click()
     page.get_by_role("link", name="No script needed").click()
-    page.get_by_label("payload.amount_cents").fill("4000")
+    page.get_by_label("payload.amount_cents").fill("40.00")
     page.get_by_role("button", name="Approve").click()
     expect(page.locator("#action")).to_have_attribute("data-status", "approved")
     context.close()

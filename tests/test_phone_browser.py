@@ -209,3 +209,31 @@ def test_the_inbox_installs_its_worker_and_opens_offline(phone, server):  # noqa
         expect(phone.get_by_role("heading", name="You are offline")).to_be_visible()
     finally:
         phone.context.set_offline(False)
+
+
+def test_an_amount_is_typed_in_dollars_and_what_will_happen_follows(phone, server, keys):  # noqa: F811
+    action_id = push(server, keys["agent"], title="Refund $84.00, edited on a phone")
+    phone.goto(f"{server.url}/inbox/actions/{action_id}")
+    amount = phone.get_by_label("payload.amount_cents")
+    expect(amount).to_have_value("84.00")
+    expect(phone.locator("output.minor-preview")).to_have_text("payload.amount_cents = 8400")
+
+    amount.fill("50.5")  # as a person types it
+    expect(phone.locator("output.minor-preview")).to_have_text("payload.amount_cents = 5050")
+    expect(phone.locator(".will-happen .outcome > .money")).to_have_text("$50.50 USD")
+    expect(phone.locator("#decision button.approve")).to_have_text("Approve $50.50 USD")
+
+    amount.fill("50.555")  # not a whole number of cents: nothing is restated as approvable
+    expect(phone.locator("output.minor-preview")).to_have_text("")
+    expect(phone.locator(".will-happen .outcome > .money")).to_contain_text("enter an amount")
+
+    amount.fill("$1,000.999")  # sent anyway (no script check stops it): the server refuses it
+    phone.get_by_role("button", name=re.compile("^Approve")).click()
+    expect(phone.locator(".edit-field .error")).to_contain_text("2 decimal places")
+    expect(phone.locator("#action")).to_have_attribute("data-status", "pending")
+
+    phone.get_by_label("payload.amount_cents").fill("12.34")
+    phone.get_by_role("button", name=re.compile("^Approve")).click()
+    expect(phone.locator("#action")).to_have_attribute("data-status", "approved")
+    answer = server.client(keys["agent"]).get(f"/actions/{action_id}").json()
+    assert answer["payload"]["amount_cents"] == 1234

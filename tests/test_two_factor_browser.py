@@ -107,7 +107,7 @@ def test_without_a_second_factor_money_is_refused_and_a_smaller_edit_goes_throug
     expect(page.locator("#step-up-error")).to_contain_text("second factor")
     expect(page.locator("#action")).to_have_attribute("data-status", "pending")
 
-    page.get_by_label("payload.amount_cents").fill("4999")
+    page.get_by_label("payload.amount_cents").fill("49.99")
     page.get_by_role("button", name="Approve").click()
     expect(page.locator("#action")).to_have_attribute("data-status", "approved")
     status = server.client(agent_key).get(f"/actions/{action_id}").json()

@@ -98,7 +98,7 @@ def main() -> None:
                 expect(page.locator("#live")).to_have_attribute("data-state", "on")
                 page.screenshot(path=HERE / f"queue{name}.png", full_page=True)
                 page.goto(f"{server.url}/inbox/actions/{ids[0]}")
-                page.get_by_label("payload.amount_cents").fill("5000")
+                page.get_by_label("payload.amount_cents").fill("50.00")
                 page.screenshot(path=HERE / f"action{name}.png", full_page=True)
                 page.close()
             browser.close()

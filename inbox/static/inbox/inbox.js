@@ -286,19 +286,43 @@
     if (link) window.location.assign(link.href);
   }
 
-  // Amounts in minor units get a live "= $50.00 USD" beside the input, restated on the
-  // Approve button ("Approve $50.00 USD") when the input is the payload's amount.
+  // An amount typed in major units ("50.00", as the reviewer thinks of it) in minor units (5000),
+  // exactly (no floating point), or null when it is not an amount with at most `exponent` decimals.
+  function majorToMinor(text, exponent) {
+    const plain = text.replace(/[\s,$€£¥₹₩]/g, "");
+    const match = /^(-?)([0-9]+)(?:\.([0-9]+))?$/.exec(plain);
+    if (!match) return null;
+    const fraction = (match[3] || "").replace(/0+$/, "");
+    if (fraction.length > exponent) return null;
+    const digits = match[2] + fraction.padEnd(exponent, "0");
+    const minor = Number(match[1] + digits);
+    return Number.isSafeInteger(minor) ? minor : null;
+  }
+
+  // Amounts get a live "= $50.00 USD" beside the input, restated on the Approve button
+  // ("Approve $50.00 USD") and in "What will happen" when the input is the payload's amount;
+  // an amount typed in major units also shows the value the payload will hold (5000).
   function showMoney(input) {
     const output = document.querySelector('output[data-money-for="' + CSS.escape(input.id) + '"]');
     // The server renders the output only beside an amount the action declares (or Impri detects).
     if (!output || !output.dataset.currency) return;
     const button = document.querySelector('.approve-amount[data-money-for="' + CSS.escape(input.id) + '"]');
-    const minor = Number(input.value);
-    if (input.value === "" || !/^-?[0-9]+$/.test(input.value.trim()) || !Number.isSafeInteger(minor)) {
+    // "What will happen" states the payload's amount: the one the Approve button restates.
+    const happen = button ? document.querySelector(".will-happen .outcome > .money") : null;
+    const minorOut = document.querySelector('output[data-minor-for="' + CSS.escape(input.id) + '"]');
+    const major = input.dataset.majorUnits !== undefined;
+    const minor = major
+      ? majorToMinor(input.value, Number(input.dataset.majorUnits))
+      : (/^-?[0-9]+$/.test(input.value.trim()) ? Number(input.value) : null);
+    if (input.value.trim() === "" || minor === null || !Number.isSafeInteger(minor)) {
       output.textContent = "";
-      if (button) button.textContent = "(enter a whole number of minor units)";
+      if (minorOut) minorOut.textContent = "";
+      const hint = major ? "(enter an amount like 50.00)" : "(enter a whole number of minor units)";
+      if (button) button.textContent = hint;
+      if (happen) happen.textContent = hint;
       return;
     }
+    if (minorOut) minorOut.textContent = minorOut.dataset.path + " = " + minor;
     const exponent = Number(output.dataset.exponent || 2);
     const currency = output.dataset.currency;
     let text;
@@ -311,6 +335,7 @@
     }
     output.textContent = "= " + text + " " + currency;
     if (button) button.textContent = text + " " + currency;
+    if (happen) happen.textContent = text + " " + currency;
   }
 
   // --- "I'm on it" ------------------------------------------------------------------------
