@@ -12,17 +12,23 @@ import base64
 import json
 import os
 import threading
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import http_ece
 import jwt
 import pytest
+import time_machine
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from django.contrib.auth.models import Group
 from django.test import Client
+from django.utils import timezone
 
-from approvals.models import Action
-from tests.factories import make_action
+from approvals.models import Action, GroupNotificationSettings
+from approvals.services import escalate_due, remind_due
+from tests.conftest import make_reviewer
+from tests.factories import install_rules, make_action
 from webpush import delivery
 from webpush.models import PushDelivery, PushSubscription
 
@@ -270,3 +276,35 @@ def test_the_vapid_key_can_be_given(push_service, settings):
     )
     assert Client().get("/inbox/push/key").json()["publicKey"] == b64url(point)
     assert not (settings.DATA_DIR / keys.FILE_NAME).exists()
+
+
+@pytest.mark.django_db
+def test_escalation_and_reminders_push_to_the_groups_they_reach(push_service, agent):
+    install_rules(
+        "rules:\n  - name: payments\n    kind: payment.*\n    then: review\n"
+        "    group: support-leads\n    escalate_after_s: 600\n    escalate_to: finance-leads\n"
+    )
+    lead, cfo = make_reviewer("lead", "support-leads"), make_reviewer("cfo", "finance-leads")
+    subscribe(signed_in(lead), Browser(push_service.origin + "/lead").json)
+    subscribe(signed_in(cfo), Browser(push_service.origin + "/cfo").json)
+    GroupNotificationSettings.objects.create(
+        group=Group.objects.get(name="finance-leads"), reminder_every_s=900
+    )
+    t0 = timezone.now().replace(microsecond=0)
+    with time_machine.travel(t0, tick=False):
+        action = make_action(agent.agent)
+    with time_machine.travel(t0 + timedelta(seconds=601), tick=False):
+        assert escalate_due() == 1
+    with time_machine.travel(t0 + timedelta(seconds=1600), tick=False):
+        assert remind_due() == 1
+    sent = PushDelivery.objects.filter(action=action).order_by("pk")
+    assert [(row.kind, row.subscription.endpoint.rsplit("/", 1)[1]) for row in sent] == [
+        ("new", "lead"),
+        ("escalated", "cfo"),
+        ("reminder", "cfo"),
+    ]
+    # The lead's push is moot now the action waits for finance: dropped, not sent.
+    with time_machine.travel(t0 + timedelta(seconds=1601), tick=False):
+        delivery.send_due()
+    arrived = [request["path"] for request in push_service.received]
+    assert sorted(arrived) == ["/cfo", "/cfo"]

@@ -34,11 +34,12 @@ self.addEventListener("fetch", (event) => {
   }
 });
 
-// Only a page of this inbox opens from a notification, whatever a payload says.
+// Only a page of this inbox (on this origin) opens from a notification, whatever a payload says.
 function sameOriginPath(raw) {
   try {
+    // The path of an inbox page, opened on this origin whatever host the server wrote into it.
     const url = new URL(raw, self.location.origin);
-    if (url.origin === self.location.origin && url.pathname.startsWith(SCOPE)) return url.href;
+    if (url.pathname.startsWith(SCOPE)) return new URL(url.pathname + url.search, self.location.origin).href;
   } catch (e) { /* fall through */ }
   return new URL(SCOPE, self.location.origin).href;
 }
