@@ -308,3 +308,19 @@ def test_escalation_and_reminders_push_to_the_groups_they_reach(push_service, ag
         delivery.send_due()
     arrived = [request["path"] for request in push_service.received]
     assert sorted(arrived) == ["/cfo", "/cfo"]
+
+
+@pytest.mark.django_db
+def test_admin_lists_devices_without_their_endpoints_and_the_push_outbox(
+    push_service, rita, agent, admin_client
+):
+    browser = Browser(push_service.origin + "/secret-capability")
+    assert subscribe(signed_in(rita), browser.json).status_code == 201
+    make_action(agent.agent)
+    devices = admin_client.get("/admin/webpush/pushsubscription/")
+    assert devices.status_code == 200 and b"rita" in devices.content
+    assert b"secret-capability" not in devices.content
+    device = PushSubscription.objects.get()
+    page = admin_client.get(f"/admin/webpush/pushsubscription/{device.pk}/change/")
+    assert page.status_code == 200 and b"secret-capability" not in page.content
+    assert admin_client.get("/admin/webpush/pushdelivery/").status_code == 200
