@@ -201,6 +201,11 @@ def test_the_inbox_installs_its_worker_and_opens_offline(phone, server):  # noqa
     errors = cdp.send("Page.getInstallabilityErrors")["installabilityErrors"]
     assert [e["errorId"] for e in errors if e["errorId"] != "in-incognito"] == [], errors
 
+    # One button turns notifications on (pressing it would reach the browser's push service,
+    # which a test never does: tests/test_webpush.py plays that part).
+    expect(phone.get_by_role("button", name="Turn on notifications")).to_be_visible()
+    expect(phone.get_by_role("link", name="Your devices")).to_have_attribute("href", "/inbox/push/")
+
     phone.reload()  # now controlled by the worker
     phone.wait_for_function("navigator.serviceWorker.controller !== null")
     phone.context.set_offline(True)
