@@ -71,7 +71,7 @@ def enqueue_webhook(action: Action, event: str) -> WebhookDelivery | None:
 
 def enqueue_notifications(action: Action, group: Group, kind: str) -> int:
     """One Notification per channel the group has switched on; returns how many."""
-    has_members, saved = _channel_config(group)
+    has_members, saved, has_devices = _channel_config(group)
     channels = []
     email_on = saved.email_enabled if saved else True  # no settings row: email is on
     if email_on and (has_members or (saved and saved.extra_emails)):
@@ -82,14 +82,16 @@ def enqueue_notifications(action: Action, group: Group, kind: str) -> int:
         Notification.objects.create(action=action, group=group, kind=kind, channel=channel)
     if channels:
         _kick_on_commit("approvals.tasks.send_notifications")
-    from webpush import delivery as push  # reviewers' phones: a push outbox and lane of its own
+    if has_devices:
+        from webpush import delivery as push  # reviewers' phones: a push outbox and lane of its own
 
-    push.enqueue(action, group, kind)
+        push.enqueue(action, group, kind)
     return len(channels)
 
 
-def _channel_config(group: Group) -> tuple[bool, GroupNotificationSettings | None]:
-    """Whether an active member of the group has an address, and the group's settings row.
+def _channel_config(group: Group) -> tuple[bool, GroupNotificationSettings | None, bool]:
+    """Whether an active member of the group has an address, the group's settings row, and
+    whether an active member has a push device (``webpush``).
 
     One plain SQL statement: it runs on every push that reaches a queue, and
     compiling the ORM's version cost more than running it (docs/benchmarks.md).
@@ -99,6 +101,8 @@ def _channel_config(group: Group) -> tuple[bool, GroupNotificationSettings | Non
     through = User.groups.through._meta
     table = GroupNotificationSettings._meta
     saved_cols = rows.columns(GroupNotificationSettings, "s", connection.alias)
+    from webpush.delivery import devices_exist_sql
+
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT EXISTS (SELECT 1 FROM {quote(User._meta.db_table)} u"
@@ -106,17 +110,18 @@ def _channel_config(group: Group) -> tuple[bool, GroupNotificationSettings | Non
             f" ON m.{quote(through.get_field('user').column)} = u.{quote(User._meta.pk.column)}"
             f" WHERE m.{quote(through.get_field('group').column)} = %s"
             f" AND u.{quote('is_active')} = %s AND u.{quote('email')} <> ''),"
+            f" {devices_exist_sql(quote)},"
             f" {saved_cols.sql} FROM {quote(Group._meta.db_table)} g"
             f" LEFT JOIN {quote(table.db_table)} s"
             f" ON s.{quote(table.get_field('group').column)} = g.{quote(Group._meta.pk.column)}"
             f" WHERE g.{quote(Group._meta.pk.column)} = %s",
-            [group.pk, True, group.pk],
+            [group.pk, True, group.pk, True, group.pk],
         )
         row = cursor.fetchone()
     if row is None:  # the group is gone
-        return False, None
-    exists = row[1] is not None  # the settings row's primary key
-    return bool(row[0]), saved_cols.instance(row[1:]) if exists else None
+        return False, None, False
+    exists = row[2] is not None  # the settings row's primary key
+    return bool(row[0]), saved_cols.instance(row[2:]) if exists else None, bool(row[1])
 
 
 def _kick_on_commit(task_name: str) -> None:

@@ -23,7 +23,7 @@ from datetime import datetime
 from urllib.parse import urlsplit
 
 import httpx
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, User
 from django.db import connection
 from django.utils import timezone
 from pywebpush import WebPusher
@@ -62,6 +62,25 @@ class PushRefused(Exception):
 
 
 # --- Writing rows, in the change's transaction ------------------------------------------
+
+
+def devices_exist_sql(quote) -> str:
+    """``EXISTS (…)``: an active member of a group has a push device (params: group id, True).
+
+    Read inside the one statement ``approvals.outbox`` runs per push that reaches a queue,
+    so a group without devices costs a push no statement of its own.
+    """
+    sub = PushSubscription._meta
+    through = User.groups.through._meta
+    return (
+        f"EXISTS (SELECT 1 FROM {quote(sub.db_table)} p"
+        f" JOIN {quote(through.db_table)} pm"
+        f" ON pm.{quote(through.get_field('user').column)} = p.{quote(sub.get_field('user').column)}"
+        f" JOIN {quote(User._meta.db_table)} pu"
+        f" ON pu.{quote(User._meta.pk.column)} = p.{quote(sub.get_field('user').column)}"
+        f" WHERE pm.{quote(through.get_field('group').column)} = %s"
+        f" AND pu.{quote('is_active')} = %s)"
+    )
 
 
 def enqueue(action: Action, group: Group, kind: str) -> int:
