@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sized
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
@@ -79,8 +80,10 @@ class Command(BaseCommand):
             except ValueError as exc:
                 raise CommandError(f"--since: {exc}") from None
             path = options["amount_path"]
-            with Progress("replaying past actions", None, sys.stderr) as bar:  # a terminal only
-                report = backtest(rules, bar.track(past_actions(since)), since, path, loaded.kinds)
+            history = past_actions(since)
+            total = len(history) if isinstance(history, Sized) else None
+            with Progress("replaying past actions", total, sys.stderr) as bar:  # a terminal only
+                report = backtest(rules, bar.track(history), since, path, loaded.kinds)
             self.stdout.write(report.as_text(path))
 
     def _show(self, version: int | None, diff: bool):
