@@ -13,8 +13,10 @@ prints on purpose.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import TextIO, TypeVar
 
 T = TypeVar("T")
@@ -54,6 +56,26 @@ class Progress:
         if self.on and time.monotonic() - self._drawn >= self.every_s:
             self._draw()
 
+    @contextmanager
+    def ticking(self) -> Iterator[None]:
+        """Redraw while one long step blocks (an upstream starting up), so the time shown moves."""
+        if not self.on:
+            yield
+            return
+        stop = threading.Event()
+
+        def tick() -> None:
+            while not stop.wait(self.every_s or 0.2):
+                self._draw()
+
+        ticker = threading.Thread(target=tick, name="progress", daemon=True)
+        ticker.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            ticker.join()
+
     def track(self, items: Iterable[T]) -> Iterator[T]:
         for item in items:
             yield item
@@ -61,6 +83,8 @@ class Progress:
 
     def line(self) -> str:
         elapsed = time.monotonic() - self.started
+        if self.total is None and not self.done:
+            return f"{self.label} ({_duration(elapsed)})"
         if self.total is None:
             rate = f", {self.done / elapsed:,.0f}/s" if elapsed > 0.5 else ""
             return f"{self.label}: {self.done:,} so far{rate} ({_duration(elapsed)})"

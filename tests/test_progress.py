@@ -14,6 +14,7 @@ import pytest
 from impri.progress import Progress
 from tests.conftest import SCALED
 from tests.live import Deployment
+from tests.test_gateway_e2e import TOKEN, UpstreamProcess
 
 
 class Terminal(io.StringIO):
@@ -35,6 +36,21 @@ def test_the_bar_counts_and_says_what_is_left_and_is_silent_off_a_terminal():
     piped = io.StringIO()
     with Progress("verifying", 4, piped, every_s=0) as bar:
         list(bar.track("abcd"))
+    assert piped.getvalue() == ""
+
+
+def test_a_blocking_step_keeps_its_time_moving_on_a_terminal_only():
+    import time
+
+    shown = Terminal()
+    with Progress("asking the upstream", None, shown, every_s=0.05) as bar, bar.ticking():
+        time.sleep(0.5)  # the step that blocks: nothing advances
+    redraws = shown.getvalue().count("\r")
+    assert redraws >= 4, shown.getvalue()  # drawn while it waited, not only at the end
+    assert "asking the upstream (0s)" in shown.getvalue()
+    piped = io.StringIO()
+    with Progress("asking the upstream", None, piped, every_s=0.05) as bar, bar.ticking():
+        time.sleep(0.2)
     assert piped.getvalue() == ""
 
 
@@ -82,6 +98,23 @@ def test_long_commands_draw_a_bar_on_a_terminal_and_nothing_when_piped():
             assert "\r" in drawn and "[" in drawn and "100%" in drawn, (command, drawn)
             piped = deployment.impri(*command)
             assert "\r" not in piped.stderr and "%" not in piped.stderr, (command, piped.stderr)
+        upstream = UpstreamProcess(deployment.data_dir / "calls.jsonl")
+        upstream.start()
+        try:
+            gateways = deployment.data_dir / "gateways.yaml"
+            gateways.write_text(
+                f"gateways:\n  - name: psp\n    url: {upstream.url}\n"
+                '    headers: {Authorization: "Bearer ${PSP_TOKEN}"}\n    default: deny\n'
+            )
+            deployment.env["PSP_TOKEN"] = TOKEN  # the upstream's bearer token, as ${PSP_TOKEN}
+            deployment.impri("gateway", "import", str(gateways))
+            code, drawn = run_at_terminal(deployment, "gateway", "refresh", "psp")
+            assert code == 0, drawn
+            assert "\rgateway psp: asking the upstream for its tools (" in drawn, drawn
+            piped = deployment.impri("gateway", "refresh", "psp")
+            assert "\r" not in piped.stderr and "asking" not in piped.stderr, piped.stderr
+        finally:
+            upstream.stop()
         code, drawn = run_at_terminal(deployment, "rules", "backtest", str(rules))
         assert code == 0 and "\rreplaying past actions [" in drawn and "0/0" in drawn, drawn
     finally:

@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from gateway import config, pins, services, upstream
 from gateway.proxy import build_gateway_server
+from impri.progress import Progress
 
 
 def operator() -> str:
@@ -98,7 +99,10 @@ class Command(BaseCommand):
         """Record the tools the first time the upstream answers; afterwards, hold its changes."""
         target = upstream.Target.of(services.load(name))
         try:
-            tools = async_to_sync(upstream.list_tools)(target)
+            # A terminal sees the wait (an upstream run with npx may take a while to start).
+            asking = Progress(f"gateway {name}: asking the upstream for its tools", None)
+            with asking, asking.ticking():
+                tools = async_to_sync(upstream.list_tools)(target)
         except (upstream.UpstreamError, upstream.UpstreamRefused) as exc:
             if isinstance(exc, upstream.UpstreamError):
                 services.record_state(name, str(exc))
