@@ -309,11 +309,17 @@ def test_checkpoint_details_and_full_runs_need_an_auditor(agent, rita):
 
 @pytest.mark.skipif(not SCALED, reason="jsonb's number rewriting happens on PostgreSQL only")
 def test_postgresql_really_rewrites_the_numbers_we_hash(agent):
-    action = make_action(agent.agent, payload={"amount_cents": 8400, "big": 1e16, "z": -0.0})
-    stored = Action.objects.get(pk=action.pk).payload
-    assert stored["big"] == 10000000000000000 and isinstance(stored["big"], int)
-    assert canonical_json_v1(stored) != canonical_json_v1(action.payload)  # why scheme 2 exists
-    assert canonical_json(stored) == canonical_json(action.payload)
+    # A payload is I-JSON (no 1e16 there any more); context still carries any number.
+    action = make_action(
+        agent.agent,
+        payload={"amount_cents": 8400, "currency": "USD", "z": -0.0},
+        context={"big": 1e16},
+    )
+    stored = Action.objects.get(pk=action.pk)
+    assert stored.context["big"] == 10000000000000000 and isinstance(stored.context["big"], int)
+    assert canonical_json_v1(stored.context) != canonical_json_v1(action.context)  # scheme 2's why
+    assert canonical_json(stored.context) == canonical_json(action.context)
+    assert canonical_json(stored.payload) == canonical_json(action.payload)
 
 
 def test_a_chain_written_before_the_cut_over_still_verifies(agent, rita):
