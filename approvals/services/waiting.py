@@ -218,6 +218,7 @@ class WaiterHub:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                _reraise_if_cancelled(exc)
                 self._layer_failed("receive", exc)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX_S)
@@ -236,6 +237,7 @@ class WaiterHub:
                 try:
                     await self._rejoin_all()
                 except Exception as exc:
+                    _reraise_if_cancelled(exc)
                     self._layer_failed("rejoin", exc)
             ids = list(self.watches)
             if not ids:
@@ -268,6 +270,18 @@ class WaiterHub:
             self.wake(action_id, "shutdown")
         for task in self._tasks:
             task.cancel()
+
+
+def _reraise_if_cancelled(exc: Exception) -> None:
+    """A cancellation that a library below turned into another error is still a cancellation.
+
+    A redis read cancelled mid-reply can surface as a connection error; caught as a layer
+    failure, the loop would retry and outlive its cancel (a stop, a test loop's teardown)
+    for ever. ``Task.cancelling()`` still counts the request, so it is honoured here.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError from exc
 
 
 def settled_among(ids: list[str]) -> list[str]:
