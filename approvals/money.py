@@ -70,7 +70,9 @@ def _primary(action, payload: dict | None) -> Amount | None:
     found = amounts(action, payload)
     readable = [a for a in found if a.minor is not None]
     if readable:
-        return readable[0] if action.money is not None else max(readable, key=lambda a: abs(a.minor))
+        return (
+            readable[0] if action.money is not None else max(readable, key=lambda a: abs(a.minor))
+        )
     return found[0] if found else None
 
 
@@ -95,14 +97,19 @@ def primary_path(action) -> str:
     return amount.path if amount is not None else ""
 
 
-def money_paths(action, payload: dict | None = None) -> dict[str, str]:
+def money_paths(
+    action, payload: dict | None = None, found: list[Amount] | None = None
+) -> dict[str, str]:
     """The paths of the action's amounts, each with its sign (what default edit bounds follow)."""
-    return {a.path: a.sign for a in amounts(action, payload)}
+    return {a.path: a.sign for a in (found if found is not None else amounts(action, payload))}
 
 
-def stored_amount(action, payload: dict | None = None) -> tuple[int | None, str]:
-    """``(amount_minor, amount_currency)`` of ``payload`` (default: the action's), as its columns keep them."""
-    top = guarded(action, payload)
+def stored_amount(
+    action, payload: dict | None = None, found: list[Amount] | None = None
+) -> tuple[int | None, str]:
+    """``(amount_minor, amount_currency)`` of ``payload`` (default: the action's), as its columns
+    keep them; ``found``: its amounts, when the caller has read them already."""
+    top = largest(found if found is not None else amounts(action, payload))
     if top is None or top.minor is None:
         return None, ""
     return top.minor, top.currency

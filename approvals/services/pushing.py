@@ -205,14 +205,15 @@ def _create(
         callback_url=data.callback_url or "",
         supersedes_id=data.supersedes or None,
     )
+    found = money.amounts(action)  # read once: the edit bounds and the amount columns
     action.edit_bounds = effective_bounds(
         action.editable,
         data.payload,
         verdict.edit_bounds,
         data.push_bounds(),
-        money.money_paths(action),
+        money.money_paths(action, found=found),
     )
-    action.amount_minor, action.amount_currency = money.stored_amount(action)
+    action.amount_minor, action.amount_currency = money.stored_amount(action, found=found)
     rows.insert(action)  # save(force_insert=True) without compiling the ORM's INSERT
     _audit_push(action, verdict, loaded.version)
     if action.status == ActionStatus.PENDING:
