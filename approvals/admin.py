@@ -9,16 +9,13 @@ from django.template.response import TemplateResponse
 from django.utils.cache import add_never_cache_headers
 from django.utils.html import format_html
 
+from approvals.hidden_text import reveal
 from audit import log as audit
 from audit.models import ActorType
-from impri.admin_site import PastedIdMixin, ReadOnlyAdminMixin
+from identity import keys
+from plumbing.admin import PastedIdMixin, ReadOnlyAdminMixin
 
-from . import (
-    admin_outbox,  # noqa: F401  (registers the outbox models)
-    keys,
-)
 from .models import Action, Agent, ApiKey, SsoIdentity
-from .reveal import reveal
 
 
 class ApiKeyInline(admin.TabularInline):

@@ -17,7 +17,7 @@ from channels.layers import get_channel_layer
 from django.db import transaction
 from django.dispatch import Signal
 
-from . import faults
+from plumbing import fallbacks
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def publish_many(sends: list[tuple[str, dict]]) -> None:
     try:
         async_to_sync(_send_all)(layer, sends)
     except Exception as exc:  # never raised in practice: _send_all notes its failures
-        faults.note("channel_layer", "waiters learn of changes by the re-read", exc)
+        fallbacks.note("channel_layer", "waiters learn of changes by the re-read", exc)
 
 
 def _in_loop(loop: asyncio.AbstractEventLoop) -> bool:
@@ -146,7 +146,7 @@ async def _send_all(layer, sends: list[tuple[str, dict]]) -> None:
     failed = [r for r in results if isinstance(r, BaseException)]
     if failed:
         # The change is committed; waiters learn it from the hub's batched re-read.
-        faults.note("channel_layer", "waiters learn of changes by the re-read", failed[0])
+        fallbacks.note("channel_layer", "waiters learn of changes by the re-read", failed[0])
 
 
 def inbox_update(action, event: str) -> dict:

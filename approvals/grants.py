@@ -150,7 +150,7 @@ def publish() -> str:
     Idempotent, and safe when replicas start together. Publishing a key that was
     retired brings it back: a process that signs with it needs it verifiable.
     """
-    from impri.models import GrantSigningKey
+    from approvals.models import GrantSigningKey
 
     key = signing_key()
     jwk = public_jwk(key.private.public_key())
@@ -199,7 +199,7 @@ def publish_at_start() -> None:
 
 
 def _published() -> list:
-    from impri.models import GrantSigningKey
+    from approvals.models import GrantSigningKey
 
     return list(GrantSigningKey.objects.filter(retired_at__isnull=True))
 
@@ -253,7 +253,7 @@ def jwks() -> dict:
 
 def retire(kid: str) -> None:
     """Stop publishing ``kid`` (its grants no longer verify); never this process's own key."""
-    from impri.models import GrantSigningKey
+    from approvals.models import GrantSigningKey
 
     if kid == signing_key().kid:
         raise ValueError(f"{kid} is the key this process signs with: it cannot be retired here")
@@ -288,7 +288,7 @@ def rotate() -> tuple[str, str]:
     os.replace(tmp, directory / "current.pem")
     forget_keys()
     try:
-        from impri.models import GrantSigningKey
+        from approvals.models import GrantSigningKey
 
         with transaction.atomic():
             publish()

@@ -11,14 +11,13 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from .signing_keys import GrantSigningKey  # noqa: F401  (a model of this app, in a module of its own)
+
 BASE62 = string.ascii_letters + string.digits
 
 
 def random_base62(length: int) -> str:
-    """``length`` characters, every string equally likely: one draw from the OS CSPRNG.
-
-    (``secrets.choice`` per character read the OS's random source once per character.)
-    """
+    """``length`` characters, every string equally likely: one draw from the OS CSPRNG."""
     number = secrets.randbelow(len(BASE62) ** length)
     chars = []
     for _ in range(length):

@@ -7,12 +7,14 @@ import json
 
 from django.urls import reverse
 
-from . import grants, site
+from plumbing import public_url
+
+from . import grants
 from .models import Action, ActionStatus
 
 
 def inbox_url(action: Action, request_origin: str | None = None) -> str:
-    return site.base_url(request_origin) + reverse("inbox:action", args=[action.pk])
+    return public_url.base_url(request_origin) + reverse("inbox:action", args=[action.pk])
 
 
 def _preview(action: Action) -> dict:

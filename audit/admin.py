@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from impri.admin_site import ReadOnlyAdminMixin
+from plumbing.admin import ReadOnlyAdminMixin
 
 from .models import AuditEvent, VerificationRun
 

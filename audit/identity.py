@@ -20,7 +20,7 @@ from django.contrib.auth.models import Group
 from django.db import transaction
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_save
 
-from impri.middleware import DualModeMiddleware
+from plumbing.middleware import DualModeMiddleware
 
 from . import log
 from .models import ActorType
@@ -242,7 +242,7 @@ def sso_identity_saved(sender, instance, created, raw=False, **kwargs):
             "user_ref": user_ref(user),
             "issuer": instance.issuer,
             "subject": instance.subject,
-            # approvals.sso says how it linked the person; otherwise an admin did it by hand.
+            # identity.sso says how it linked the person; otherwise an admin did it by hand.
             "how": getattr(instance, "_audit_how", "admin"),
         },
     )

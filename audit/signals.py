@@ -14,7 +14,7 @@ from django.contrib.auth.signals import user_logged_in
 from django.db import transaction
 from django.dispatch import receiver
 
-from impri.security import client_address
+from plumbing.addresses import client_address
 
 from . import log
 from .models import ActorType

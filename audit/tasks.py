@@ -10,3 +10,10 @@ from . import log
 @shared_task
 def run_full_verifications() -> int:
     return log.run_full_verifications()
+
+
+@shared_task
+def verify_audit_chain() -> bool:
+    from . import verification
+
+    return verification.verify_scheduled().ok

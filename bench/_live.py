@@ -573,7 +573,7 @@ class Stack:
 
         ``impri createagent`` starts Django once per agent (about a second each), so beyond a
         few agents they are created in one ``impri shell -c`` run calling the same
-        ``approvals.keys.create_agent`` the command calls.
+        ``identity.keys.create_agent`` the command calls.
         """
         if count <= 3:
             return [self.last_word("createagent", f"{prefix}-{i:05d}") for i in range(count)]

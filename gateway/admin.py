@@ -7,7 +7,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from audit.models import ActorType
-from impri.admin_site import ReadOnlyAdminMixin
+from plumbing.admin import ReadOnlyAdminMixin
 
 from . import pins
 from .models import GatedCall, PinnedTool, ToolPolicy, Upstream

@@ -1,6 +1,6 @@
 """``/mcp/gateway/<name>``: each configured gateway's MCP server over streamable HTTP.
 
-One ``MCPHttpApp`` (``impri/mcp_asgi.py``: stateless, SSE, agent-key auth) per
+One ``MCPHttpApp`` (``approvals/mcp/http.py``: stateless, SSE, agent-key auth) per
 gateway name, made on its first request; a name that is not an enabled
 gateway is a 404 before any MCP machinery runs. The app holds no
 configuration: the gateway's policies are read on every request.
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 
-from approvals import dbexec
-from impri.mcp_asgi import AgentKeyVerifier, MCPHttpApp
+from approvals.mcp.http import AgentKeyVerifier, MCPHttpApp
+from plumbing import db_threads
 
 from . import services
 from .models import NAME_RE
@@ -23,7 +23,7 @@ _apps: dict[str, MCPHttpApp] = {}
 
 async def gateway_app(scope, receive, send):
     name = scope["path"][len(GATEWAY_PREFIX) :].rstrip("/")
-    if not NAME_RE.match(name) or not await dbexec.run(services.exists, name):
+    if not NAME_RE.match(name) or not await db_threads.run(services.exists, name):
         return await _not_found(send, name)
     app = _apps.get(name)
     if app is None:

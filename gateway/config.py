@@ -53,7 +53,7 @@ def parse_yaml(text: str) -> list[Parsed]:
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        from impri import yaml_errors  # line, column and the offending line
+        from plumbing import yaml_errors  # line, column and the offending line
 
         raise ConfigError(yaml_errors.describe(exc, text)) from None
     if isinstance(document, dict) and set(document) == {"gateways"}:

@@ -33,7 +33,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, CallToolResult, TextContent, Tool
 from pydantic import ValidationError
 
-from approvals import dbexec, grants, site
+from approvals import grants
 from approvals import services as approvals
 from approvals.errors import ImpriError, InvalidInput
 from approvals.mcp.server import (
@@ -50,6 +50,7 @@ from approvals.mcp.server import (
 )
 from approvals.models import Action, ActionStatus
 from approvals.presenters import inbox_url
+from plumbing import db_threads, public_url
 
 from . import pins, services, upstream
 from .models import Policy
@@ -146,17 +147,17 @@ class GatewayServer(ImpriMCPServer):
     async def survey(self) -> tuple[list[pins.ToolState], str]:
         """Ask the upstream and compare with the pins (holding any change); the pins alone
         when it cannot be reached, with the error."""
-        gateway = await dbexec.run(services.load, self.gateway)
+        gateway = await db_threads.run(services.load, self.gateway)
         try:
             tools = await upstream.list_tools(Target.of(gateway))
         except (UpstreamError, UpstreamRefused) as exc:
             transport = isinstance(exc, UpstreamError)
-            await dbexec.run(services.record_state, self.gateway, str(exc) if transport else "")
+            await db_threads.run(services.record_state, self.gateway, str(exc) if transport else "")
             error = str(exc) if transport else f"upstream {self.gateway!r} refused to list: {exc}"
-            return await dbexec.run(pins.observe, self.gateway, None), error
+            return await db_threads.run(pins.observe, self.gateway, None), error
         dumped = upstream.dump_tools(tools)
-        await dbexec.run(services.record_state, self.gateway, "", dumped)
-        return await dbexec.run(pins.observe, self.gateway, dumped), ""
+        await db_threads.run(services.record_state, self.gateway, "", dumped)
+        return await db_threads.run(pins.observe, self.gateway, dumped), ""
 
     async def list_tools(self) -> list[Tool]:
         states, error = await self.survey()
@@ -178,7 +179,7 @@ class GatewayServer(ImpriMCPServer):
     async def call_tool(self, name: str, arguments: dict[str, Any], context=None):
         try:
             agent = await current_agent(context)
-            gateway, policy, verdict = await dbexec.run(_snapshot, self.gateway, name)
+            gateway, policy, verdict = await db_threads.run(_snapshot, self.gateway, name)
             if verdict == Policy.DENY:
                 return _error(
                     f"Denied: {name} is not available through the Impri gateway {self.gateway!r} "
@@ -193,7 +194,7 @@ class GatewayServer(ImpriMCPServer):
                 )
             target = Target.of(gateway)
             if verdict == Policy.ALLOW:
-                pin = await dbexec.run(pins.pin_for, self.gateway, name)
+                pin = await db_threads.run(pins.pin_for, self.gateway, name)
                 if pin is not None and pin.held:
                     return _held_error(self.gateway, name)
                 return await self._pass(
@@ -205,12 +206,12 @@ class GatewayServer(ImpriMCPServer):
 
     async def _pass(self, ctx, agent, target: Target, name: str, arguments: dict, *, redact: bool):
         async def check(tools: list[Tool]) -> None:
-            states = await dbexec.run(pins.observe, self.gateway, upstream.dump_tools(tools))
+            states = await db_threads.run(pins.observe, self.gateway, upstream.dump_tools(tools))
             if any(s.name == name and s.state in ("changed", "new") for s in states):
                 raise Held(name)
             # Not offered at all: forwarded, and the upstream answers for itself.
 
-        audit_pass = dbexec.wrap(services.record_pass)
+        audit_pass = db_threads.wrap(services.record_pass)
         try:
             result = await upstream.call_tool(
                 target, name, arguments, check=check, progress=_forwarder(ctx)
@@ -219,12 +220,12 @@ class GatewayServer(ImpriMCPServer):
             return _held_error(self.gateway, name)
         except (UpstreamError, UpstreamRefused) as exc:
             transport = isinstance(exc, UpstreamError)
-            await dbexec.run(services.record_state, self.gateway, str(exc) if transport else "")
+            await db_threads.run(services.record_state, self.gateway, str(exc) if transport else "")
             await audit_pass(agent, self.gateway, name, arguments, redact=redact, error=str(exc))
             if transport:
                 return _error(f"Upstream unavailable: {exc}. Impri did not retry the call.")
             return _error(f"The upstream refused the call to {name}: {exc}")
-        await dbexec.run(services.record_state, self.gateway)
+        await db_threads.run(services.record_state, self.gateway)
         await audit_pass(agent, self.gateway, name, arguments, redact=redact)
         return result
 
@@ -248,7 +249,7 @@ class GatewayServer(ImpriMCPServer):
         except HeldTool:
             # An identical call approved before the change is carried out now, and
             # fails (tool_changed) without reaching the upstream: it ends, and says so.
-            action = await dbexec.run(services.approved_for, agent, gateway, name, arguments)
+            action = await db_threads.run(services.approved_for, agent, gateway, name, arguments)
             if action is None:
                 raise
             meta = _action_meta(action, inbox_url(action, _base_url(ctx)))
@@ -258,7 +259,7 @@ class GatewayServer(ImpriMCPServer):
         if schema:
             check_arguments(schema, arguments)
         try:
-            action = await dbexec.run(
+            action = await db_threads.run(
                 services.begin, agent, gateway, name, arguments, definition_sha256=pin.sha256
             )
         except ValidationError as exc:
@@ -289,7 +290,7 @@ class GatewayServer(ImpriMCPServer):
             )
         if status == ActionStatus.APPROVED:
             return await self._execute(ctx, agent, target, name, action, meta)
-        await dbexec.run(services.delivered, action.pk)
+        await db_threads.run(services.delivered, action.pk)
         if status in (ActionStatus.EXECUTED, ActionStatus.FAILED):
             return _error(
                 f"Already handled: the approved call for action {action.pk} was made before and "
@@ -301,31 +302,31 @@ class GatewayServer(ImpriMCPServer):
     async def _execute(self, ctx, agent, target: Target, name: str, action: Action, meta: dict):
         claims = grants.claims_for(action)
         grant = grants.sign(claims)
-        approved = await dbexec.run(services.definition_of, action.pk)
-        if not await dbexec.run(services.claim, action):
-            await dbexec.run(services.delivered, action.pk)
+        approved = await db_threads.run(services.definition_of, action.pk)
+        if not await db_threads.run(services.claim, action):
+            await db_threads.run(services.delivered, action.pk)
             return _error(
                 f"Already called: the upstream call for action {action.pk} was already made by "
                 f"another request; Impri never repeats it. Its result will be in {meta['inbox_url']}.",
                 meta,
             )
-        report = dbexec.wrap(approvals.report_result)
+        report = db_threads.wrap(approvals.report_result)
 
         async def check(tools: list[Tool]) -> None:
             """Just before the call, on its connection: still the definition that was approved?"""
             dumped = upstream.dump_tools(tools)
-            await dbexec.run(pins.observe, self.gateway, dumped)
+            await db_threads.run(pins.observe, self.gateway, dumped)
             offered = next((t for t in dumped if t.get("name") == name), None)
             now = pins.sha256_of(offered) if offered is not None else None
             if not approved or now != approved:
                 raise ToolChanged(approved, now)
-            await dbexec.run(services.called, action, claims["jti"], approved)
+            await db_threads.run(services.called, action, claims["jti"], approved)
 
         async def failed(detail: dict, text: str) -> CallToolResult:
             await report(
                 action.pk, agent=agent, status=ActionStatus.FAILED, detail=detail, grant=grant
             )
-            await dbexec.run(services.delivered, action.pk)
+            await db_threads.run(services.delivered, action.pk)
             meta["status"] = ActionStatus.FAILED.value
             return _error(text, meta)
 
@@ -347,23 +348,23 @@ class GatewayServer(ImpriMCPServer):
                 "An operator must review the change before the tool can be used again.",
             )
         except UpstreamRefused as exc:
-            await dbexec.run(services.record_state, self.gateway)
+            await db_threads.run(services.record_state, self.gateway)
             return await failed(
                 {"reason": "upstream_error", "error": str(exc), "upstream": target.name},
                 f"Approved, but the upstream refused the call: {exc}. Action {action.pk} is "
                 "reported failed.",
             )
         except UpstreamError as exc:
-            await dbexec.run(services.record_state, self.gateway, str(exc))
+            await db_threads.run(services.record_state, self.gateway, str(exc))
             return await failed(
                 {"error": str(exc), "upstream": target.name},
                 f"Approved, but the upstream call failed: {exc}. Action {action.pk} is reported "
                 "failed. Impri did not retry it: check with the user before trying again.",
             )
         status = ActionStatus.FAILED if result.is_error else ActionStatus.EXECUTED
-        await dbexec.run(services.record_state, self.gateway)
+        await db_threads.run(services.record_state, self.gateway)
         await report(action.pk, agent=agent, status=status, detail=_summary(result), grant=grant)
-        await dbexec.run(services.delivered, action.pk)
+        await db_threads.run(services.delivered, action.pk)
         meta.update(
             status=status.value,
             edited_by_human=action.edited_by_human,
@@ -444,7 +445,7 @@ def build_gateway_server(
     auth = None
     if verifier is not None:
         auth = AuthSettings(
-            issuer_url=site.base_url(),
+            issuer_url=public_url.base_url(),
             resource_server_url=None,
             required_scopes=[AGENT_SCOPE],
         )

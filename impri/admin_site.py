@@ -12,7 +12,6 @@ import logging
 from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.contrib import admin, messages
-from django.contrib.admin.utils import quote
 from django.http import HttpResponseRedirect
 from django.urls import path, reverse
 from django.utils import timezone
@@ -21,42 +20,6 @@ from django.views.decorators.http import require_POST
 from . import ops
 
 logger = logging.getLogger(__name__)
-
-
-class ReadOnlyAdminMixin:
-    """An admin (or inline) that shows records and never adds, changes or deletes them.
-
-    For records that are written by the services only (actions, audit events,
-    outbox rows, rule-set versions). ``allow_delete = True`` keeps deletion for
-    records an operator may clear by hand (budget windows, gated calls).
-    """
-
-    allow_delete = False
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return self.allow_delete and super().has_delete_permission(request, obj)
-
-
-class PastedIdMixin:
-    """Open a record whose string id was pasted into the URL as it is.
-
-    The admin escapes ids in its own links with ``_`` (``act_3A…`` stands for
-    ``act:…``), so an id like ``act_3AkxSE…`` typed by hand would decode to
-    another id and answer "doesn't exist". Ids made of letters, digits and
-    ``_`` never contain what the admin escapes, so the raw form is tried too.
-    """
-
-    def get_object(self, request, object_id, from_field=None):
-        found = super().get_object(request, object_id, from_field)
-        if found is None and quote(object_id) != object_id:
-            found = super().get_object(request, quote(object_id), from_field)
-        return found
 
 
 class ImpriAdminSite(admin.AdminSite):
@@ -93,7 +56,8 @@ class ImpriAdminSite(admin.AdminSite):
 
 
 def status() -> dict:
-    from approvals import faults, grants
+    from approvals import grants
+    from plumbing import fallbacks
 
     now = timezone.now()
     head, verified = ops.chain()
@@ -101,7 +65,7 @@ def status() -> dict:
         "mode": "scaled" if settings.REDIS_URL else "embedded",
         "database": settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1],
         "layer": _layer_status(),
-        "fallbacks": dict(sorted(faults.counts.items())),
+        "fallbacks": dict(sorted(fallbacks.counts.items())),
         "queue": ops.queue(now),
         "lanes": ops.outbox(now),
         "chain_events": head,

@@ -7,8 +7,8 @@ class ImpriConfig(AppConfig):
 
     ``serve``, ``worker``, ``beat``, ``mcp``, ``waitdb`` and ``backup`` start or look after
     the whole deployment, not one app's models, so they live here rather than in ``approvals``.
-    Its one model, ``GrantSigningKey``, is what each process publishes about itself
-    (``impri/models.py``).
+    It has no model of its own any more (``GrantSigningKey`` moved to ``approvals``);
+    its migrations stay, so a database made before the move migrates in order.
     """
 
     name = "impri"

@@ -18,7 +18,7 @@ from django.urls import set_script_prefix  # noqa: E402
 
 django.setup(set_prefix=False)
 
-# Paths whose views are async and do their database work on approvals.dbexec's
+# Paths whose views are async and do their database work on plumbing.db_threads's
 # bounded pool: they need no thread of their own.
 THREADLESS_PREFIXES = ("/api/", "/readyz", "/healthz")
 
@@ -31,7 +31,7 @@ class ApiASGIHandler(ASGIHandler):
     with that thread's database connection. For a long-poll of minutes that is
     one idle thread and one connection per waiting agent, and for every other
     call a thread created and torn down. The API is async end to end (async
-    key check, views that run their body in one call on ``approvals.dbexec``'s
+    key check, views that run their body in one call on ``plumbing.db_threads``'s
     bounded pool, waits on the waiter hub), so it needs no such context.
 
     Its middleware is ``IMPRI_API_MIDDLEWARE``, not the inbox's stack: sessions,
@@ -49,7 +49,7 @@ class ApiASGIHandler(ASGIHandler):
         there. Their receivers (``close_old_connections``, ``reset_queries``,
         ``close_caches``, ``reset_urlconf``) act on the calling thread's
         connections and caches, and an API request opens none on the loop's
-        thread (its database work runs on ``approvals.dbexec``'s pool, which
+        thread (its database work runs on ``plumbing.db_threads``'s pool, which
         gives its connections back after every call). So they run here, on the
         loop, where they find nothing to close and cost no thread hop. (A
         coroutine receiver can't be sent to from the loop this way: a test
@@ -129,16 +129,15 @@ class ImpriASGIHandler(ASGIHandler):
 
 django_asgi = ImpriASGIHandler()
 
+from approvals import events  # noqa: E402
+from approvals.mcp.http import MCP_PATH, mcp_app  # noqa: E402
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-
-from approvals import events  # noqa: E402
 from gateway.asgi import GATEWAY_PREFIX, gateway_app  # noqa: E402
 from impri.logs import AccessLog  # noqa: E402
-from impri.mcp_asgi import MCP_PATH, mcp_app  # noqa: E402
-from impri.middleware import too_large  # noqa: E402
 from impri.security import ExactOriginValidator  # noqa: E402
 from inbox.routing import websocket_urlpatterns  # noqa: E402
+from plumbing.middleware import too_large  # noqa: E402
 
 
 class BodyLimit:

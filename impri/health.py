@@ -9,8 +9,9 @@ from channels.layers import get_channel_layer
 from django.db import connection
 from django.http import JsonResponse
 
-from approvals import dbexec, grants
+from approvals import grants
 from gateway.services import states as gateway_states
+from plumbing import db_threads
 
 logger = logging.getLogger(__name__)
 
@@ -32,8 +33,8 @@ async def readyz(request):
     body = {"status": "ok" if ready else "unavailable", "checks": checks}
     if checks["database"] == "ok":
         # Detail only: an unreachable upstream does not take Impri out of service.
-        body["gateways"] = await dbexec.run(gateway_states)
-        body["grant_signing_keys"] = await dbexec.run(_grant_keys)
+        body["gateways"] = await db_threads.run(gateway_states)
+        body["grant_signing_keys"] = await db_threads.run(_grant_keys)
     return JsonResponse(body, status=200 if ready else 503)
 
 
@@ -53,7 +54,7 @@ async def _check_database() -> str:
         return "ok"
 
     try:
-        return await dbexec.run(ping)
+        return await db_threads.run(ping)
     except Exception as exc:
         logger.warning("readyz: database unreachable: %s", exc)
         return f"error: {type(exc).__name__}"

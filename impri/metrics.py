@@ -28,36 +28,20 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from plumbing.metrics import registry
 
 from . import ops
 
 # Seconds from push to a reviewer's decision: minutes to a day.
 DECISION_BUCKETS = (10, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 8 * 3600, 86400, 7 * 86400)
-# Seconds from a decision to the waiting agent being answered: push wakes in
-# milliseconds, the safety-net re-read in IMPRI_AWAIT_REREAD_S.
-WAKE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
-
 # Kinds and budget scopes are chosen by agents: one agent inventing a kind per push must
 # not grow Prometheus by a series per push. Past this many values a label's smallest
 # ones are summed into OTHER.
 MAX_LABEL_VALUES = 100
 OTHER = "(other)"
-
-registry = CollectorRegistry()
-
-wake_seconds = Histogram(
-    "impri_wake_seconds",
-    "Per process: seconds from a decision to the waiting agent's answer (long-poll or MCP wait).",
-    buckets=WAKE_BUCKETS,
-    registry=registry,
-)
-
-
-def observe_wake(seconds: float) -> None:
-    wake_seconds.observe(max(0.0, seconds))
-
 
 class ProcessCollector:
     """This process's open waits and fail-soft fallbacks."""
@@ -66,15 +50,15 @@ class ProcessCollector:
         return []
 
     def collect(self):
-        from approvals import faults
         from approvals.services import waiting
+        from plumbing import fallbacks
 
         yield GaugeMetricFamily(
             "impri_waiters",
             "Per process: agents waiting for a decision right now (REST long-polls and MCP waits).",
             value=waiting.waiting(),
         )
-        fallbacks = CounterMetricFamily(
+        family = CounterMetricFamily(
             "impri_fallbacks",
             "Per process: times a dependency failed and Impri degraded instead of failing "
             "(cache: rate limiter allowed; channel_layer: waiters fell back to the re-read; "
@@ -82,11 +66,11 @@ class ProcessCollector:
             labels=["component"],
         )
         for component in ("broker", "cache", "channel_layer", "database"):
-            fallbacks.add_metric([component], faults.counts.get(component, 0))
-        for component, count in sorted(faults.counts.items()):
+            family.add_metric([component], fallbacks.counts.get(component, 0))
+        for component, count in sorted(fallbacks.counts.items()):
             if component not in ("broker", "cache", "channel_layer", "database"):
-                fallbacks.add_metric([component], count)
-        yield fallbacks
+                family.add_metric([component], count)
+        yield family
 
 
 class DatabaseCollector:
@@ -345,7 +329,7 @@ def _authorized(request: HttpRequest, token: str) -> bool:
 @never_cache
 @require_GET
 async def metrics_view(request: HttpRequest) -> HttpResponse:
-    """The exposition; its queries run on approvals.dbexec's pool, never on the shared sync thread."""
+    """The exposition; its queries run on plumbing.db_threads's pool, never on the shared sync thread."""
     token = settings.IMPRI_METRICS_TOKEN
     if not token:
         raise Http404("metrics are off: set IMPRI_METRICS_TOKEN")
@@ -357,7 +341,7 @@ async def metrics_view(request: HttpRequest) -> HttpResponse:
         )
         response["WWW-Authenticate"] = 'Bearer realm="impri-metrics"'
         return response
-    from approvals import dbexec
+    from plumbing import db_threads
 
-    body = await dbexec.run(generate_latest, registry)
+    body = await db_threads.run(generate_latest, registry)
     return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)

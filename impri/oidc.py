@@ -9,7 +9,7 @@ adds what Impri needs around it:
   nothing is fetched while Django builds the backend, so password logins (the
   break-glass path) keep working when the provider is away;
 - the ID token must name our issuer and our client (the library checks neither);
-- who the claims are, and their groups, is ``approvals.sso.sign_in``;
+- who the claims are, and their groups, is ``identity.sso.sign_in``;
 - the ``amr`` claim (how the provider authenticated the person) is kept in the
   session as ``impri_amr``, a list of strings, for the second-factor check;
 - a refusal comes back to the login page with its reason, never as a 500;
@@ -32,13 +32,12 @@ from django.core.exceptions import SuspiciousOperation, ValidationError
 from django.http import Http404
 from django.shortcuts import redirect
 from django.views.generic import View
+from identity import sso
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.views import (
     OIDCAuthenticationCallbackView,
     OIDCAuthenticationRequestView,
 )
-
-from approvals import sso
 
 logger = logging.getLogger(__name__)
 

@@ -94,6 +94,8 @@ INSTALLED_APPS = [
     "axes",
     "impri.apps.ImpriConfig",  # the project-wide commands: serve, worker, beat, mcp, waitdb, backup
     "approvals",
+    "delivery",
+    "identity",
     "rules",
     "audit",
     "inbox",
@@ -272,7 +274,7 @@ SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = IMPRI_HTTPS
 SECURE_HSTS_SECONDS = 31_536_000 if IMPRI_HTTPS else 0
 SECURE_REFERRER_POLICY = "same-origin"
 
-# Proxies whose X-Forwarded-For is believed (impri.security.client_address); default none.
+# Proxies whose X-Forwarded-For is believed (plumbing.addresses.client_address); default none.
 IMPRI_TRUSTED_PROXIES = envnetworks("IMPRI_TRUSTED_PROXIES")
 
 # Password guessing: django-axes locks a username *from one address* after this
@@ -286,7 +288,7 @@ AXES_FAILURE_LIMIT = envint("IMPRI_LOGIN_FAILURE_LIMIT", minimum=1)
 AXES_COOLOFF_TIME = timedelta(seconds=envint("IMPRI_LOGIN_LOCKOUT_S", minimum=1))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
-AXES_CLIENT_IP_CALLABLE = "impri.security.client_address"
+AXES_CLIENT_IP_CALLABLE = "plumbing.addresses.client_address"
 AXES_LOCKOUT_CALLABLE = "impri.security.lockout_response"
 AXES_DISABLE_ACCESS_LOG = True  # logins are in the audit log already
 AXES_VERBOSE = False
@@ -352,7 +354,7 @@ IMPRI_MCP_AWAIT_CAP_S = envfloat("IMPRI_MCP_AWAIT_CAP_S", minimum=1)
 IMPRI_MCP_PROGRESS_EVERY_S = envfloat("IMPRI_MCP_PROGRESS_EVERY_S", minimum=0.1)
 
 # What a rules backtest replays: past actions as the rules saw them (rules never import approvals).
-IMPRI_BACKTEST_HISTORY = "approvals.history.past_action_views"
+IMPRI_BACKTEST_HISTORY = "approvals.backtest_history.past_action_views"
 
 # Bearer token Prometheus scrapes /metrics with; unset: no metrics endpoint (404).
 IMPRI_METRICS_TOKEN = env("IMPRI_METRICS_TOKEN")
@@ -409,8 +411,8 @@ IMPRI_AUDIT_VERIFY_EVERY_S = envint("IMPRI_AUDIT_VERIFY_EVERY_S", minimum=0)
 IMPRI_HOUSEKEEPING_EVERY_S = 3600
 CELERY_BEAT_SCHEDULE = {
     "expire-overdue": {"task": "approvals.tasks.expire_overdue", "schedule": IMPRI_TICK_S},
-    "deliver-webhooks": {"task": "approvals.tasks.deliver_webhooks", "schedule": IMPRI_TICK_S},
-    "send-notifications": {"task": "approvals.tasks.send_notifications", "schedule": IMPRI_TICK_S},
+    "deliver-webhooks": {"task": "delivery.tasks.deliver_webhooks", "schedule": IMPRI_TICK_S},
+    "send-notifications": {"task": "delivery.tasks.send_notifications", "schedule": IMPRI_TICK_S},
     "escalate-overdue": {"task": "approvals.tasks.escalate_overdue", "schedule": IMPRI_SLOW_TICK_S},
     "send-reminders": {"task": "approvals.tasks.send_reminders", "schedule": IMPRI_SLOW_TICK_S},
     "flag-stale-approvals": {
@@ -422,7 +424,7 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": IMPRI_SLOW_TICK_S,
     },
     "prune-history": {
-        "task": "approvals.tasks.prune_history",
+        "task": "delivery.tasks.prune_history",
         "schedule": IMPRI_HOUSEKEEPING_EVERY_S,
     },
     "refresh-gateway-tools": {"task": "gateway.tasks.refresh_tools", "schedule": IMPRI_SLOW_TICK_S},
@@ -434,7 +436,7 @@ CELERY_BEAT_SCHEDULE = {
 }
 if IMPRI_AUDIT_VERIFY_EVERY_S:
     CELERY_BEAT_SCHEDULE["verify-audit-chain"] = {
-        "task": "approvals.tasks.verify_audit_chain",
+        "task": "audit.tasks.verify_audit_chain",
         "schedule": IMPRI_AUDIT_VERIFY_EVERY_S,
     }
 

@@ -40,8 +40,8 @@ def slow_sweeps():
 
 def housekeeping(now: float, next_runs: dict[str, float]) -> list:
     """What is due of the hourly prune and the periodic audit verify (the beat schedule's twins)."""
-    from approvals import retention
     from audit import verification
+    from delivery import retention
 
     every = {
         "prune": (retention.prune, settings.IMPRI_HOUSEKEEPING_EVERY_S),
@@ -57,16 +57,16 @@ def housekeeping(now: float, next_runs: dict[str, float]) -> list:
 
 
 def delivery_sweeps():
-    """Hand due webhooks and notifications to their lanes' threads (approvals.lanes).
+    """Hand due webhooks and notifications to their lanes' threads (delivery.lanes).
 
     Each returns at once: the network I/O runs on the lanes, webhooks and
     notifications apart, so neither a dead receiver nor the other lane delays a sweep.
     """
-    from approvals import notify, webhooks
+    from delivery import notices, webhooks
     from slackapp import delivery as slack
     from webpush import delivery as push
 
-    return [webhooks.LANE.sweeper, notify.LANE.sweeper, slack.LANE.sweeper, push.LANE.sweeper]
+    return [webhooks.LANE.sweeper, notices.LANE.sweeper, slack.LANE.sweeper, push.LANE.sweeper]
 
 
 def run_sweeps(sweeps) -> dict[str, int]:

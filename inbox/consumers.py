@@ -14,8 +14,9 @@ import logging
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from approvals import claims, dbexec
+from approvals import reviewer_claims
 from approvals.events import INBOX_ALL_GROUP, inbox_group
+from plumbing import db_threads
 from twofactor import services as twofactor
 
 logger = logging.getLogger(__name__)
@@ -50,16 +51,16 @@ FORWARDED = (
 MAX_WATCHED = 20
 
 
-@dbexec.wrap
+@db_threads.wrap
 def channel_groups_for(user) -> list[str]:
     if user.is_superuser:
         return [INBOX_ALL_GROUP]
     return [inbox_group(pk) for pk in user.groups.values_list("pk", flat=True)]
 
 
-@dbexec.wrap
+@db_threads.wrap
 def release_claims(user, action_ids: list[str]) -> int:
-    return claims.release_all(user, action_ids)
+    return reviewer_claims.release_all(user, action_ids)
 
 
 class InboxConsumer(AsyncJsonWebsocketConsumer):
@@ -69,7 +70,7 @@ class InboxConsumer(AsyncJsonWebsocketConsumer):
             # Closing before accepting refuses the handshake (HTTP 403).
             await self.close(code=NOT_LOGGED_IN)
             return
-        if not await dbexec.run(twofactor.session_passes, user, self.scope.get("session")):
+        if not await db_threads.run(twofactor.session_passes, user, self.scope.get("session")):
             await self.close(code=NOT_LOGGED_IN)  # a password alone: the code page first
             return
         self.joined = await channel_groups_for(user)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from impri.middleware import DualModeMiddleware
+from plumbing.middleware import DualModeMiddleware
 
 
 class ContentSecurityPolicyMiddleware(DualModeMiddleware):

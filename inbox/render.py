@@ -3,7 +3,7 @@
 Everything an agent sends (title, preview, payload and context keys and values,
 rule traces that quote them) goes through one of these functions:
 
-- ``reveal`` (``approvals.reveal``, shared with the admin) escapes and makes
+- ``reveal`` (``approvals.hidden_text``, shared with the admin) escapes and makes
   invisible characters visible: bidi controls (which can reorder what a reviewer
   reads, "Trojan Source"), zero-width and other format characters, Unicode tag
   characters (used to smuggle hidden instructions) and control characters.
@@ -22,7 +22,7 @@ import nh3
 from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
 
-from approvals.reveal import has_hidden, reveal, reveal_plain  # noqa: F401 (the template tags use all three)
+from approvals.hidden_text import has_hidden, reveal, reveal_plain  # noqa: F401 (the template tags use all three)
 
 # --- Markdown -------------------------------------------------------------------------------
 

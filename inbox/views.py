@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.middleware import HtmxDetails
 
-from approvals import claims, services, stepup
+from approvals import reviewer_claims, services, stepup
 from approvals.errors import (
     ActionNotFound,
     ActionNotPending,
@@ -131,7 +131,7 @@ def _action_context(request: HttpRequest, action, **forms) -> dict:
         else forms.get("approve") or (ApproveForm(action) if pending else None),
         "reject_form": forms.get("reject") or (RejectForm(action) if pending else None),
         "changes_form": forms.get("changes") or (ChangesForm(action) if pending else None),
-        "claim": claims.current(action),
+        "claim": reviewer_claims.current(action),
         "result_by": presenters.result_by(action),
         "result_fields": list(action.result_detail.items())
         if isinstance(action.result_detail, dict)
@@ -256,9 +256,9 @@ def claim(request: HtmxHttpRequest, action_id: str) -> HttpResponse:
     """ "I'm on it" (``release=1``: no longer). Advisory: shown to others, stops nobody."""
     action = _reviewable(request, action_id)
     if request.POST.get("release"):
-        claims.release(action, request.user)
+        reviewer_claims.release(action, request.user)
     elif not action.is_settled:
-        claims.claim(action, request.user)
+        reviewer_claims.claim(action, request.user)
     if request.POST.get("beacon"):
         return HttpResponse(status=204)  # a beacon from a page being left: nobody reads the answer
     if not request.htmx:

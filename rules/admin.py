@@ -14,7 +14,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 
-from impri.admin_site import ReadOnlyAdminMixin
+from plumbing.admin import ReadOnlyAdminMixin
 
 from . import engine, services
 from .backtest import AMOUNT_PATH, backtest, dry_run, parse_since, past_actions

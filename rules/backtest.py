@@ -3,7 +3,7 @@
 The past actions are the caller's to give (``backtest(rules, history)``): rules
 never import the approvals app, which depends on them. ``past_actions`` reads
 them through the function ``settings.IMPRI_BACKTEST_HISTORY`` names
-(``approvals.history.past_action_views``).
+(``approvals.backtest_history.past_action_views``).
 """
 
 from __future__ import annotations

@@ -85,7 +85,7 @@ def parse_file(text: str) -> RuleFile:
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        from impri import yaml_errors  # line, column and the offending line
+        from plumbing import yaml_errors  # line, column and the offending line
 
         error = engine.RuleError("(file)", "yaml", "")
         error.args = (yaml_errors.describe(exc, text),)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from impri.admin_site import ReadOnlyAdminMixin
+from plumbing.admin import ReadOnlyAdminMixin
 
 from .models import SlackChannel, SlackMessage, SlackUserLink
 

@@ -2,7 +2,7 @@
 edit modal.
 
 Text from the agent (title, kind, agent name, payload values) is untrusted: one
-line, Slack's control characters escaped (``approvals.notify``), cut to Slack's limits.
+line, Slack's control characters escaped (``delivery.notices``), cut to Slack's limits.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from slack_sdk.models.views import View
 
 from approvals import services
 from approvals.models import Action, ActionStatus, Review
-from approvals.notify import amount_text, one_line, slack_escape, when
 from approvals.presenters import inbox_url
 from approvals.schemas import resolve_path
+from delivery.notices import amount_text, one_line, slack_escape, when
 from inbox import presenters
 
 from . import decisions

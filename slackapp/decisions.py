@@ -23,9 +23,9 @@ from slack_sdk.errors import SlackApiError
 from approvals import money, services
 from approvals.errors import ActionNotPending, Forbidden, InvalidInput, StalePayload
 from approvals.models import Action
-from approvals.notify import slack_escape
 from approvals.presenters import inbox_url
 from audit import log as audit
+from delivery.notices import slack_escape
 
 from .models import SlackUserLink
 

@@ -1,11 +1,11 @@
-"""Posting and updating the Slack app's messages: an outbox like ``approvals.notify``.
+"""Posting and updating the Slack app's messages: an outbox like ``delivery.notices``.
 
 Every change to an action reaches :func:`on_action_changed` inside its
 transaction (``approvals.events.action_changed``). An action that arrives in a
 group with a Slack channel (pushed for review, escalated) gets a
 ``SlackMessage`` row; any later change (a review, the decision from anywhere,
 expiry, cancel, a result) makes its rows due again. :func:`send_due` sends what
-is due on a lane of its own (``approvals.lanes``), with the outbox's lease,
+is due on a lane of its own (``delivery.lanes``), with the outbox's lease,
 backoff and give-up: the first send posts (``chat.postMessage``), later ones
 update in place (``chat.update``) to what the action is now, so a settled
 action's buttons disappear and the message says who decided what.
@@ -24,8 +24,9 @@ from django.utils import timezone
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
-from approvals import lanes, outbox, webhooks
+from approvals import outbox
 from approvals.models import ActionStatus
+from delivery import lanes, webhooks
 
 from . import blocks
 from .models import SlackChannel, SlackMessage
@@ -97,7 +98,7 @@ def on_action_changed(sender, action, event: str, **kwargs) -> None:
             )
             touched += int(created)
     if touched:
-        outbox._kick_on_commit(TASK)
+        outbox.kick_on_commit(TASK)
 
 
 # --- Sending ---------------------------------------------------------------------------
@@ -127,7 +128,7 @@ def send_due(now: datetime | None = None, limit: int = 50, background: bool = Fa
 
 
 def send_one(pk: int, read_clock: Callable[[], datetime], release=None) -> str:
-    """Lease one row, then post or update its message; an outcome from ``approvals.webhooks``."""
+    """Lease one row, then post or update its message; an outcome from ``delivery.webhooks``."""
     lease_until = webhooks.take_lease(SlackMessage, pk, read_clock())
     if lease_until is None:
         return webhooks.BUSY

@@ -20,9 +20,9 @@ from django.db import connections
 from django.db.backends.base.operations import BaseDatabaseOperations
 from django.test import Client, TransactionTestCase
 
-from approvals import keys
 from approvals.models import Agent
 from audit import guards
+from identity import keys
 
 SCALED = bool(settings.DATABASE_URL)
 
@@ -196,12 +196,12 @@ def _async_tests_leave_no_connection(request):
 def hosts(monkeypatch):
     """Names with answers of their own, like lines in a hosts file: ``hosts["x.test"] = ["…"]``.
 
-    Only the outbound guard's resolver sees them (approvals.outbound.getaddrinfo);
+    Only the outbound guard's resolver sees them (plumbing.outbound.getaddrinfo);
     other names go to the system resolver. No query leaves the machine for these.
     """
     import socket
 
-    from approvals import outbound
+    from plumbing import outbound
 
     table: dict[str, list[str]] = {}
     system = outbound.getaddrinfo

@@ -10,7 +10,7 @@ from django.test import RequestFactory
 from approvals.models import Action, Notification, WebhookDelivery
 from audit.models import AuditEvent, VerificationRun
 from gateway.models import GatedCall
-from impri.admin_site import ReadOnlyAdminMixin
+from plumbing.admin import ReadOnlyAdminMixin
 from rules.models import BudgetCounter, RuleSet, RuleSetVersion
 
 READ_ONLY = [

@@ -12,9 +12,9 @@ import pytest
 from django.core.management import call_command
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from approvals import webhooks
 from approvals.models import WebhookDelivery
 from audit.models import AuditEvent
+from delivery import webhooks
 from tests.factories import make_action
 from tests.test_webhooks import Receiver
 

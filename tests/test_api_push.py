@@ -155,7 +155,7 @@ class TestAuth:
         assert ApiClient("imp_a_" + "x" * 40).post("/actions", refund_body()).status_code == 401
 
     def test_a_revoked_key_is_a_401(self, agent):
-        from approvals import keys
+        from identity import keys
 
         keys.revoke_key(agent.agent.keys.get())
         assert agent.client().post("/actions", refund_body()).status_code == 401

@@ -35,7 +35,8 @@ from impri_client import (
 from impri_client.gate import outcome, result_detail
 from impri_client.types import Decision, parse_time
 
-from approvals import services, webhooks
+from approvals import services
+from delivery import webhooks
 from tests.client_helpers import Signer, b64url
 from tests.factories import make_action
 

@@ -14,8 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from django.db import connection
 
-from approvals import lanes, webhooks
 from approvals.models import WebhookDelivery
+from delivery import lanes, webhooks
 from tests.factories import make_action
 
 SLOW_S = 0.4

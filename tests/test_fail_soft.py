@@ -7,7 +7,8 @@ import pytest
 from django.core.cache.backends.redis import RedisCache
 from django.test import override_settings
 
-from approvals import faults, keys
+from identity import keys
+from plumbing import fallbacks
 from rules import services as rule_services
 from tests.conftest import ApiClient
 from tests.factories import make_action
@@ -56,10 +57,10 @@ def test_an_unknown_api_path_is_a_json_404(agent):
 def test_with_the_cache_down_the_rate_limiter_allows_and_counts(agent, monkeypatch):
     # A real Redis cache client, pointed at a port where nothing listens.
     monkeypatch.setattr(keys, "cache", RedisCache("redis://127.0.0.1:1", DEAD_CACHE_PARAMS))
-    before = faults.counts["cache"]
+    before = fallbacks.counts["cache"]
     for _ in range(8):  # past the limit of 5: nothing can count, so nothing is refused
         assert agent.client().get("/actions").status_code == 200
-    assert faults.counts["cache"] >= before + 8
+    assert fallbacks.counts["cache"] >= before + 8
 
 
 def test_the_rules_in_force_follow_every_change(agent):

@@ -18,8 +18,8 @@ from django.core.management.base import CommandError
 from django.test import Client
 
 from approvals import grants
+from approvals.models import GrantSigningKey
 from audit.models import AuditEvent
-from impri.models import GrantSigningKey
 from tests.test_metrics import TOKEN, samples, scrape
 
 pytestmark = pytest.mark.django_db

@@ -10,9 +10,9 @@ from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from approvals import keys
 from approvals.models import Agent, ApiKey, hash_key
 from audit.models import AuditEvent
+from identity import keys
 from tests.conftest import ApiClient
 
 

@@ -11,7 +11,7 @@ from django.core.management import CommandError, call_command
 from django.test import Client, RequestFactory
 
 from audit.models import AuditEvent
-from impri.security import client_address
+from plumbing.addresses import client_address
 
 LOGIN = "/accounts/login/"
 

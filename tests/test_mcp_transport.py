@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from approvals.mcp import build_server
-from impri.mcp_asgi import AgentKeyVerifier, MCPHttpApp
+from approvals.mcp.http import AgentKeyVerifier, MCPHttpApp
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

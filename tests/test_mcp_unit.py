@@ -19,11 +19,12 @@ from channels.layers import get_channel_layer
 from django.test import override_settings
 from mcp import Client
 
-from approvals import events, keys, services
+from approvals import events, services
 from approvals.mcp import build_server, settle_waits
+from approvals.mcp.http import AgentKeyVerifier, MCPHttpApp, transport_security
 from approvals.models import Action
 from audit.models import AuditEvent
-from impri.mcp_asgi import AgentKeyVerifier, MCPHttpApp, transport_security
+from identity import keys
 from tests.factories import REFUND, make_action, refund_body
 from tests.waits import until
 

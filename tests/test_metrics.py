@@ -11,8 +11,9 @@ from django.test import Client, override_settings
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from approvals import faults, services
+from approvals import services
 from audit import verification
+from plumbing import fallbacks
 from tests.factories import install_rules, make_action, refund
 from tests.test_await import start_waiter
 
@@ -165,7 +166,7 @@ def test_a_broken_chain_reports_zero(metrics_on, agent):
 @pytest.mark.django_db
 def test_fail_soft_fallbacks_are_counted_per_component(metrics_on):
     before = samples(scrape())["impri_fallbacks_total", (("component", "broker"),)]
-    faults.note("broker", "test")
+    fallbacks.note("broker", "test")
     assert samples(scrape())["impri_fallbacks_total", (("component", "broker"),)] == before + 1
 
 

@@ -17,9 +17,10 @@ from django.contrib.auth.models import Group, User
 from django.core import mail
 from django.utils import timezone
 
-from approvals import notify, services
+from approvals import services
 from approvals.models import Action, GroupNotificationSettings, Notification
 from approvals.presenters import inbox_url
+from delivery import notices
 from tests.conftest import make_agent
 from tests.factories import make_action
 from tests.live import free_port
@@ -136,7 +137,7 @@ def test_an_email_reaches_the_groups_members_with_a_link_to_the_action_page(agen
     note = notification(action)
     mail.outbox.clear()
 
-    assert notify.send_due() == 1
+    assert notices.send_due() == 1
 
     [message] = mail.outbox
     link = inbox_url(action, BASE)
@@ -156,7 +157,7 @@ def test_an_email_reaches_the_groups_members_with_a_link_to_the_action_page(agen
     note.refresh_from_db()
     assert note.delivered_at is not None and note.attempts == 1 and note.last_error == ""
     # Idempotent: a second sweep sends nothing.
-    assert notify.send_due() == 0
+    assert notices.send_due() == 0
     assert len(mail.outbox) == 1
 
 
@@ -169,7 +170,7 @@ def test_an_agent_cannot_inject_headers_or_markup_into_the_email(agent, team):
     notification(action)
     mail.outbox.clear()
 
-    assert notify.send_due() == 1
+    assert notices.send_due() == 1
 
     [message] = mail.outbox
     assert "\n" not in message.subject and "\r" not in message.subject
@@ -193,7 +194,7 @@ def test_escalation_and_reminder_emails_say_what_happened(agent, team, kind, sub
     action = make_action(agent.agent)
     notification(action, kind=kind)
     mail.outbox.clear()
-    assert notify.send_due() == 1
+    assert notices.send_due() == 1
     [message] = mail.outbox
     assert message.subject.startswith(f"[Impri] {subject}: Refund $84.00")
     assert says in message.body
@@ -207,7 +208,7 @@ def test_a_stale_approval_email_asks_for_the_missing_result(agent, team):
     notification(action, kind="stale")
     mail.outbox.clear()
 
-    assert notify.send_due() == 1
+    assert notices.send_due() == 1
 
     [message] = mail.outbox
     assert message.subject.startswith("[Impri] Approved, but no result reported: Refund")
@@ -226,7 +227,7 @@ def test_a_payload_without_money_leaves_the_amount_out(agent, team):
     )
     notification(action)
     mail.outbox.clear()
-    notify.send_due()
+    notices.send_due()
     [message] = mail.outbox
     assert message.subject == "[Impri] Review needed: Email the customer"
     assert "Amount" not in message.body
@@ -239,17 +240,17 @@ def test_a_failing_mail_server_is_retried_with_backoff_then_delivered(agent, tea
     settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
     settings.EMAIL_HOST, settings.EMAIL_PORT, settings.EMAIL_TIMEOUT = "127.0.0.1", free_port(), 5
     with time_machine.travel(timezone.now(), tick=False) as traveller:
-        assert notify.send_due() == 1
+        assert notices.send_due() == 1
         note.refresh_from_db()
         assert note.delivered_at is None and note.gave_up_at is None
         assert "ConnectionRefusedError" in note.last_error
         assert note.attempts == 1
         assert note.next_attempt_at > timezone.now()
-        assert notify.send_due() == 0  # not due yet
+        assert notices.send_due() == 0  # not due yet
 
         settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
         traveller.move_to(note.next_attempt_at)
-        assert notify.send_due() == 1
+        assert notices.send_due() == 1
     note.refresh_from_db()
     assert note.delivered_at is not None and note.attempts == 2 and note.last_error == ""
     assert len(mail.outbox) == 1
@@ -259,7 +260,7 @@ def test_a_dead_mail_server_is_tried_once_per_sweep(agent, team, settings):
     notes = [notification(make_action(agent.agent)) for _ in range(3)]
     settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
     settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", free_port()
-    assert notify.send_due() == 1
+    assert notices.send_due() == 1
     assert sorted(Notification.objects.get(pk=n.pk).attempts for n in notes) == [0, 0, 1]
 
 
@@ -290,13 +291,13 @@ def test_notifications_with_nothing_to_say_are_closed_with_the_reason(agent, tea
     note = notification(action, group=team)
     mail.outbox.clear()
 
-    assert notify.send_due() == 1
+    assert notices.send_due() == 1
 
     assert mail.outbox == []
     note.refresh_from_db()
     assert note.gave_up_at is not None and note.delivered_at is None
     assert note.last_error.startswith("skipped: ") and reason in note.last_error
-    assert notify.send_due() == 0
+    assert notices.send_due() == 0
 
 
 def test_a_stale_notice_is_dropped_once_the_agent_reported(agent, team):
@@ -305,7 +306,7 @@ def test_a_stale_notice_is_dropped_once_the_agent_reported(agent, team):
     services.report_result(action.pk, agent=agent.agent, status="executed")
     note = notification(action, kind="stale")
     mail.outbox.clear()
-    notify.send_due()
+    notices.send_due()
     assert mail.outbox == []
     note.refresh_from_db()
     assert "reported a result" in note.last_error
@@ -316,7 +317,7 @@ def test_concurrent_sweeps_send_each_email_once(agent, team):
     notes = [notification(make_action(agent.agent)) for _ in range(12)]
     mail.outbox.clear()
 
-    attempted = run_together([notify.send_due] * 4)
+    attempted = run_together([notices.send_due] * 4)
 
     assert sum(attempted) == 12
     assert len(mail.outbox) == 12
@@ -337,7 +338,7 @@ def test_slack_gets_the_title_amount_agent_and_a_link(agent, team, slack):
     action = make_action(agent.agent)
     note = notification(action, channel="slack")
 
-    assert notify.send_due() == 1
+    assert notices.send_due() == 1
 
     [got] = receiver.requests
     assert got.headers["content-type"] == "application/json"
@@ -378,7 +379,7 @@ def test_slack_text_from_the_agent_is_escaped(db, team, slack):
     action.refresh_from_db()
     notification(action, channel="slack")
 
-    assert notify.send_due() == 1
+    assert notices.send_due() == 1
 
     sent = receiver.requests[0].body.decode()
     link = inbox_url(action, BASE)
@@ -401,12 +402,12 @@ def test_a_failing_slack_webhook_is_retried_until_it_takes_the_message(agent, te
     note = notification(make_action(agent.agent), channel="slack")
     with time_machine.travel(timezone.now(), tick=False) as traveller:
         for _ in range(2):
-            assert notify.send_due() == 1
+            assert notices.send_due() == 1
             note.refresh_from_db()
             assert note.last_error.startswith("HTTP 500")
-            assert notify.send_due() == 0
+            assert notices.send_due() == 0
             traveller.move_to(note.next_attempt_at)
-        assert notify.send_due() == 1
+        assert notices.send_due() == 1
     note.refresh_from_db()
     assert note.delivered_at is not None and note.attempts == 3
     assert len(receiver.requests) == 3
@@ -419,7 +420,7 @@ def test_a_dead_slack_webhook_is_given_up_after_a_day(agent, team, slack):
     note = notification(make_action(agent.agent, expires_in_s=3 * 86400), channel="slack")
     with time_machine.travel(timezone.now(), tick=False) as traveller:
         for _ in range(100):
-            assert notify.send_due() == 1
+            assert notices.send_due() == 1
             note.refresh_from_db()
             if note.gave_up_at:
                 break
@@ -431,7 +432,7 @@ def test_a_dead_slack_webhook_is_given_up_after_a_day(agent, team, slack):
 
 def test_no_slack_url_means_the_slack_row_is_closed_not_retried(agent, team):
     note = notification(make_action(agent.agent), channel="slack")
-    assert notify.send_due() == 1
+    assert notices.send_due() == 1
     note.refresh_from_db()
     assert note.gave_up_at is not None and "has no Slack webhook URL" in note.last_error
 
@@ -481,5 +482,5 @@ def test_without_a_base_url_emails_link_where_serve_listens(agent, team, setting
     action = make_action(agent.agent)
     notification(action)
     mail.outbox.clear()
-    assert notify.send_due() == 1
+    assert notices.send_due() == 1
     assert urls_in(mail.outbox[0].body) == [f"http://127.0.0.1:8123/inbox/actions/{action.pk}"]

@@ -22,8 +22,9 @@ import trustme
 from django.contrib.auth.models import Group
 from django.db import connection
 
-from approvals import lanes, notify, outbound, outbox, webhooks
 from approvals.models import Action, GroupNotificationSettings, Notification, WebhookDelivery
+from delivery import lanes, notices, sending, webhooks
+from plumbing import outbound
 from tests.factories import make_action, refund_body
 from tests.live import free_port
 from tests.test_mcp_unit import call, connect, error_of
@@ -363,7 +364,7 @@ def test_a_slack_hook_pointing_inside_is_never_contacted(agent, receivers, setti
     make_action(agent.agent)
     note = Notification.objects.get(channel=Notification.Channel.SLACK)
 
-    assert notify.send_due() == 1
+    assert notices.send_due() == 1
 
     assert hook.requests == []
     note.refresh_from_db()
@@ -409,7 +410,7 @@ def test_a_receivers_answer_is_kept_short_and_shown_as_text(
     assert webhooks.deliver_due() == 1
     delivery.refresh_from_db()
     assert delivery.last_error.startswith("HTTP 500: <script>alert(1)</script> secret")
-    assert len(delivery.last_error) <= 10 + outbox.ERROR_BODY_CHARS
+    assert len(delivery.last_error) <= 10 + sending.ERROR_BODY_CHARS
     assert "\n" not in delivery.last_error
 
     html = admin_client.get(f"/admin/approvals/webhookdelivery/{delivery.pk}/change/")
@@ -472,7 +473,7 @@ class Staller:
 
 def wait_for_idle_lanes(timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
-    while webhooks.LANE.active or notify.LANE.active:
+    while webhooks.LANE.active or notices.LANE.active:
         assert time.monotonic() < deadline, "the lanes did not finish their sends"
         time.sleep(0.05)
 
@@ -495,7 +496,7 @@ def test_a_receiver_that_never_answers_delays_no_one_else(agent, other_agent, re
 
         started = time.monotonic()
         webhooks.deliver_in_background()  # what the ticker and the Celery task run
-        notify.send_in_background()
+        notices.send_in_background()
         healthy.wait_for(1, timeout=5)
         slack.wait_for(10, timeout=5)
         assert time.monotonic() - started < 5

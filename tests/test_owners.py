@@ -35,7 +35,7 @@ def test_an_owner_may_reject(action, rita):
 
 
 def test_a_superuser_owner_cannot_approve_either(agent, db):
-    from approvals import keys
+    from identity import keys
     from tests.conftest import Persona
 
     boss = User.objects.create_superuser("boss", password="boss-password")

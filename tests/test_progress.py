@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from impri.progress import Progress
+from plumbing.progress import Progress
 from tests.conftest import SCALED
 from tests.live import Deployment
 from tests.test_gateway_e2e import TOKEN, UpstreamProcess

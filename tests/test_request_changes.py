@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from approvals import claims, services
+from approvals import reviewer_claims, services
 from approvals.errors import ActionNotPending, InvalidInput, ResultConflict
 from approvals.models import ActionStatus, Claim, WebhookDelivery
 from audit.models import AuditEvent
@@ -222,25 +222,25 @@ def test_a_claim_is_shown_to_others_and_runs_out(agent, rita, sam):
     assert "You are on it" in html(rita_browser.get(f"/inbox/actions/{action.pk}"))
     # Advisory: sam may still decide.
     services.decide(action.pk, by=sam.user, verdict="reject")
-    assert claims.current(action.__class__.objects.get(pk=action.pk)) is None
+    assert reviewer_claims.current(action.__class__.objects.get(pk=action.pk)) is None
 
     other = make_action(agent.agent)
     rita_browser.post(f"/inbox/actions/{other.pk}/claim")
     Claim.objects.filter(action=other).update(expires_at=timezone.now() - timedelta(seconds=1))
     assert "rita is on it" not in html(sam_browser.get("/inbox/"))
-    assert claims.current(other) is None
+    assert reviewer_claims.current(other) is None
 
 
 def test_a_claim_is_released_by_its_reviewer_only(agent, rita, sam):
     action = make_action(agent.agent)
-    claims.claim(action, rita.user)
-    assert claims.release(action, sam.user) is False
-    assert claims.current(action).user == rita.user
+    reviewer_claims.claim(action, rita.user)
+    assert reviewer_claims.release(action, sam.user) is False
+    assert reviewer_claims.current(action).user == rita.user
     beacon = browser(rita).post(
         f"/inbox/actions/{action.pk}/claim", {"release": "1", "beacon": "1"}
     )
     assert beacon.status_code == 204
-    assert claims.current(action) is None
+    assert reviewer_claims.current(action) is None
 
 
 def test_an_outsider_cannot_claim(agent, mallory):

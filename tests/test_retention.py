@@ -9,9 +9,10 @@ from django.contrib.auth.models import Group
 from django.db import connection
 from django.utils import timezone
 
-from approvals import retention, services, tasks
+from approvals import services
 from approvals.models import Action, Notification, WebhookAttempt, WebhookDelivery
 from audit.models import AuditEvent
+from delivery import retention, tasks
 from rules.models import BudgetCounter
 from tests.factories import make_action
 
@@ -133,20 +134,20 @@ def test_the_due_sweep_reads_the_partial_index_of_open_rows(model):
 
 
 def test_beat_runs_the_prune_and_the_verify_on_a_schedule(settings):
-    from impri.celery import app
+    from plumbing.celery import app
 
     schedule = {
         entry["task"]: entry["schedule"] for entry in settings.CELERY_BEAT_SCHEDULE.values()
     }
-    assert schedule["approvals.tasks.prune_history"] == 3600
-    assert schedule["approvals.tasks.verify_audit_chain"] == settings.IMPRI_AUDIT_VERIFY_EVERY_S
+    assert schedule["delivery.tasks.prune_history"] == 3600
+    assert schedule["audit.tasks.verify_audit_chain"] == settings.IMPRI_AUDIT_VERIFY_EVERY_S
     app.loader.import_default_modules()
-    assert {"approvals.tasks.prune_history", "approvals.tasks.verify_audit_chain"} <= set(app.tasks)
+    assert {"delivery.tasks.prune_history", "audit.tasks.verify_audit_chain"} <= set(app.tasks)
 
 
 def test_the_embedded_ticker_runs_them_hourly_after_its_first_minute(settings):
-    from approvals.retention import prune
     from audit.verification import verify_scheduled
+    from delivery.retention import prune
     from impri.ticker import housekeeping
 
     settings.IMPRI_AUDIT_VERIFY_EVERY_S = 600

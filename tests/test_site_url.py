@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from approvals import site
 from approvals.presenters import inbox_url
+from plumbing import public_url
 from tests.factories import make_action
 
 pytestmark = pytest.mark.django_db
@@ -28,7 +28,7 @@ def test_without_it_the_request_origin_then_where_serve_listens(settings, agent)
     )
     assert inbox_url(action) == f"http://127.0.0.1:8123/inbox/actions/{action.pk}"
     settings.IMPRI_HOST = "::1"
-    assert site.base_url() == "http://[::1]:8123"
+    assert public_url.base_url() == "http://[::1]:8123"
 
 
 @pytest.mark.parametrize(
@@ -45,5 +45,5 @@ def test_a_system_check_warns_when_production_has_no_base_url(
 ):
     settings.IMPRI_BASE_URL, settings.DATABASE_URL, settings.IMPRI_HOST = base, database_url, host
     settings.DEBUG = False
-    messages = site.base_url_is_set()
+    messages = public_url.base_url_is_set()
     assert [m.id for m in messages] == (["impri.W001"] if warned else [])

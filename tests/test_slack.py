@@ -508,7 +508,7 @@ def test_agent_text_cannot_mention_the_channel_or_break_the_message(agent, team,
 
 def test_messages_are_swept_by_the_ticker_and_by_celery_beat(settings):
     from impri import ticker
-    from impri.celery import app
+    from plumbing.celery import app
 
     assert delivery.LANE.sweeper in ticker.delivery_sweeps()
     app.loader.import_default_modules()

@@ -15,9 +15,9 @@ from django.contrib.auth.models import Group, User
 from django.core.exceptions import SuspiciousOperation
 from django.test import Client
 
-from approvals import sso
 from approvals.models import SsoIdentity
 from audit.models import AuditEvent
+from identity import sso
 from impri import oidc
 from tests.live import free_port
 from tests.test_settings import settings_in

@@ -14,11 +14,12 @@ from django.db import connection
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
-from approvals import dbexec, services
+from approvals import services
 from approvals.models import Action
 from approvals.services import waiting
 from audit import log as audit
 from audit.models import AuditEvent
+from plumbing import db_threads
 from tests.factories import make_action
 from tests.waits import until_parked
 
@@ -42,7 +43,7 @@ async def test_many_waiters_hold_no_thread_each_and_all_wake(agent, rita):
     # Every waiter has done its one read and idles in the hub.
     await until_parked(count=len(actions), timeout=30)
     # 120 open waits; the threads are the pool's (two lanes), not one per wait.
-    assert threading.active_count() - threads_before <= 2 * dbexec.settings.IMPRI_DB_THREADS
+    assert threading.active_count() - threads_before <= 2 * db_threads.settings.IMPRI_DB_THREADS
     for action in actions:
         await sync_to_async(services.decide)(action.pk, by=rita.user, verdict="approve")
     done = await asyncio.wait_for(asyncio.gather(*waits), 10)
@@ -104,10 +105,10 @@ async def test_a_slow_database_call_stalls_only_its_caller(agent):
     release = threading.Event()
     # A call that holds its pool thread until the test lets it go: the read below must
     # finish while it is still stuck, not after it.
-    slow = asyncio.create_task(dbexec.run(release.wait, 30))
+    slow = asyncio.create_task(db_threads.run(release.wait, 30))
     try:
         read = await asyncio.wait_for(
-            dbexec.run(services.get_action_for_agent, action.pk, agent.agent), 10
+            db_threads.run(services.get_action_for_agent, action.pk, agent.agent), 10
         )
         assert read.pk == action.pk
         assert not slow.done()
@@ -123,13 +124,13 @@ async def test_pool_calls_give_their_connection_back(agent):
         Action.objects.get(pk=action_id)
         return connection.connection is not None
 
-    assert await dbexec.run(read_and_report) is True
+    assert await db_threads.run(read_and_report) is True
 
     def still_open() -> bool:
         return connection.connection is not None and connection.vendor != "sqlite"
 
     # The next call on any pool thread starts with no PostgreSQL connection held.
-    assert not any([await dbexec.run(still_open) for _ in range(4)])
+    assert not any([await db_threads.run(still_open) for _ in range(4)])
 
 
 def test_a_transactions_events_are_appended_together_at_its_end(agent):

@@ -25,9 +25,9 @@ import time_machine
 from django.db import connection
 from django.utils import timezone
 
-import approvals.admin_outbox  # noqa: F401  (registers the outbox admin until approvals.admin imports it)
-from approvals import outbox, webhooks
+import delivery.admin  # noqa: F401  (registers the outbox admin until approvals.admin imports it)
 from approvals.models import WebhookAttempt, WebhookDelivery
+from delivery import sending, webhooks
 from tests.factories import make_action
 from tests.live import free_port
 from tests.threads import run_together
@@ -324,7 +324,7 @@ def test_a_failing_receiver_gets_the_delivery_on_retry_with_the_same_id(agent, r
             assert delivery.attempts == failures
             assert delivery.last_error.startswith("HTTP 503")
             wait = (delivery.next_attempt_at - timezone.now()).total_seconds()
-            full = outbox.BACKOFF_BASE_S * 2 ** (failures - 1)
+            full = sending.BACKOFF_BASE_S * 2 ** (failures - 1)
             assert full * 0.5 <= wait <= full  # exponential, with jitter
             assert webhooks.deliver_due() == 0  # not due yet: no early retry
             traveller.move_to(delivery.next_attempt_at)
@@ -495,7 +495,7 @@ def test_a_hung_worker_loses_its_lease_and_the_message_goes_again_with_the_same_
 
         assert webhooks.deliver_due() == 0  # leased by a live sender: nobody else sends
         delivery.refresh_from_db()
-        assert delivery.locked_until == delivery.created_at + timedelta(seconds=outbox.lease_s())
+        assert delivery.locked_until == delivery.created_at + timedelta(seconds=sending.lease_s())
         [in_flight] = delivery.attempt_log.all()
         assert in_flight.error == webhooks.NO_OUTCOME  # visible in admin while it hangs
 
@@ -520,10 +520,10 @@ def test_a_hung_worker_loses_its_lease_and_the_message_goes_again_with_the_same_
 def test_a_lease_taken_by_one_sweep_is_refused_to_another(agent):
     delivery = make_delivery(agent, "http://127.0.0.1:9/never")
     now = timezone.now()
-    assert outbox.take_lease(WebhookDelivery, delivery.pk, now) is not None
-    assert outbox.take_lease(WebhookDelivery, delivery.pk, now) is None
-    expired = now + timedelta(seconds=outbox.lease_s())
-    assert outbox.take_lease(WebhookDelivery, delivery.pk, expired) is not None
+    assert sending.take_lease(WebhookDelivery, delivery.pk, now) is not None
+    assert sending.take_lease(WebhookDelivery, delivery.pk, now) is None
+    expired = now + timedelta(seconds=sending.lease_s())
+    assert sending.take_lease(WebhookDelivery, delivery.pk, expired) is not None
     delivery.refresh_from_db()
     assert delivery.attempts == 2
 

@@ -16,7 +16,7 @@ from django.http import HttpResponse
 from django.shortcuts import redirect
 from django.urls import reverse
 
-from impri.middleware import DualModeMiddleware
+from plumbing.middleware import DualModeMiddleware
 
 from . import services
 

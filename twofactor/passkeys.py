@@ -5,7 +5,7 @@ challenge (kept in the session, used once), and checks what the authenticator
 signed: the challenge, this site's origin and relying-party id, user presence and
 user verification (the fingerprint, face or screen lock). The relying party is the
 host of ``IMPRI_BASE_URL`` (else the request's host), so a passkey made for one
-Impri is useless on any other site.
+Impri is useless on any other public_url.
 
 Registering needs a session that may act (verified already, or one that is to enrol)
 and leaves the session verified; using one verifies the session like a code does and
@@ -38,10 +38,10 @@ from webauthn.helpers.structs import (
     UserVerificationRequirement,
 )
 
-from approvals import site
 from audit import log as audit
 from audit.identity import user_ref
 from audit.models import ActorType
+from plumbing import public_url
 
 from . import services
 from .models import PasskeyDevice
@@ -64,7 +64,7 @@ def unb64url(text: str) -> bytes:
 
 
 def origin(request) -> str:
-    return site.base_url(f"{request.scheme}://{request.get_host()}")
+    return public_url.base_url(f"{request.scheme}://{request.get_host()}")
 
 
 def rp_id(request) -> str:

@@ -4,8 +4,8 @@ Rows are written by ``approvals.outbox.enqueue_notifications`` in the transactio
 the change they announce (an action reaching a group, escalated to it, or a reminder):
 one per subscription of each active member of the group. :func:`send_due` sends what is
 due with the outbox's lease, backoff and give-up (``approvals.outbox``), each push
-service host a destination of ``approvals.lanes``, through the outbound-address guard
-(``approvals.outbound``) like every webhook. A push service's 404 or 410 means the
+service host a destination of ``delivery.lanes``, through the outbound-address guard
+(``plumbing.outbound``) like every webhook. A push service's 404 or 410 means the
 browser dropped the subscription: it is removed, with its queued pushes.
 
 Each message is encrypted for the one browser (RFC 8291, aes128gcm through pywebpush)
@@ -28,11 +28,12 @@ from django.db import connection
 from django.utils import timezone
 from pywebpush import WebPusher
 
-from approvals import lanes, outbox
 from approvals import money as action_money
+from approvals import outbox
 from approvals.models import Action, ActionStatus
-from approvals.notify import one_line
 from approvals.presenters import inbox_url
+from delivery import lanes, sending
+from delivery.notices import one_line
 
 from . import keys
 from .models import PushDelivery, PushSubscription
@@ -98,7 +99,7 @@ def enqueue(action: Action, group: Group, kind: str) -> int:
         PushDelivery(subscription_id=pk, action=action, group=group, kind=kind)
         for pk in subscriptions
     )
-    outbox._kick_on_commit(TASK)
+    outbox.kick_on_commit(TASK)
     return len(subscriptions)
 
 
@@ -148,7 +149,7 @@ def encrypted(subscription: PushSubscription, data: dict) -> tuple[bytes, dict[s
 
 
 def send_due(now: datetime | None = None, limit: int = 50, background: bool = False) -> int:
-    read_clock = outbox.clock(now)
+    read_clock = sending.clock(now)
 
     def read(claimed: list, n: int) -> list:
         rows = (
@@ -183,9 +184,9 @@ def send_one(
     release: Callable[[], None] | None = None,
 ) -> str:
     """Lease one row and make one attempt; an outcome from ``approvals.outbox``."""
-    lease_until = outbox.take_lease(PushDelivery, pk, read_clock())
+    lease_until = sending.take_lease(PushDelivery, pk, read_clock())
     if lease_until is None:
-        return outbox.BUSY
+        return sending.BUSY
     row = PushDelivery.objects.select_related("subscription", "action__agent").get(pk=pk)
     subscription = row.subscription
     try:
@@ -198,28 +199,28 @@ def send_one(
             subscription.endpoint,
             content=body,
             headers=headers,
-            timeout=outbox.request_timeout_s(),
+            timeout=sending.request_timeout_s(),
         ) as response:
             if response.status_code in GONE:
                 gone(subscription, response.status_code)
-                return outbox.FAILED
+                return sending.FAILED
             if not response.is_success:
-                raise PushRefused(f"HTTP {response.status_code}: {outbox.start_of(response)}")
+                raise PushRefused(f"HTTP {response.status_code}: {sending.start_of(response)}")
     except Skip as skip:
         PushDelivery.objects.filter(pk=pk, locked_until=lease_until).update(
             last_error=f"skipped: {skip}", locked_until=None, gave_up_at=read_clock()
         )
-        return outbox.FAILED
+        return sending.FAILED
     except Exception as exc:  # a failed push is retried with backoff, whatever broke
-        error = str(exc) if isinstance(exc, PushRefused) else outbox.describe(exc)
-        gave_up = outbox.record_failure(
+        error = str(exc) if isinstance(exc, PushRefused) else sending.describe(exc)
+        gave_up = sending.record_failure(
             PushDelivery, pk, lease_until, row.created_at, row.attempts, error, read_clock()
         )
         (logger.error if gave_up else logger.warning)("push %s failed: %s", pk, error)
-        return outbox.UNREACHABLE if isinstance(exc, httpx.TransportError) else outbox.FAILED
-    outbox.record_success(PushDelivery, pk, read_clock())
+        return sending.UNREACHABLE if isinstance(exc, httpx.TransportError) else sending.FAILED
+    sending.record_success(PushDelivery, pk, read_clock())
     PushSubscription.objects.filter(pk=subscription.pk).update(last_push_at=timezone.now())
-    return outbox.SENT
+    return sending.SENT
 
 
 def check_still_relevant(row: PushDelivery) -> None:

@@ -1,7 +1,7 @@
 """Checking a browser's PushSubscription before it is stored.
 
 An endpoint is a URL Impri will POST to, so it passes the outbound-address guard
-(``approvals.outbound``) like a webhook's ``callback_url``; and it must be ``https://``
+(``plumbing.outbound``) like a webhook's ``callback_url``; and it must be ``https://``
 (push services are), except on networks the operator lists in
 ``IMPRI_CALLBACK_ALLOWED_NETWORKS``, where ``http://`` is accepted (a push relay inside
 the network, a test's receiver on loopback). The keys must be what RFC 8291 needs: a
@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from approvals import outbound
+from plumbing import outbound
 
 MAX_ENDPOINT = 2000
 

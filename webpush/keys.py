@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import serialization
 from django.conf import settings
 from py_vapid import Vapid
 
-from approvals import site
+from plumbing import public_url
 
 FILE_NAME = "vapid_private_key.pem"
 
@@ -67,7 +67,7 @@ def subject() -> str:
     """Who runs this server, for push services (``sub``): the setting, else the base URL if https."""
     if settings.IMPRI_VAPID_SUBJECT:
         return settings.IMPRI_VAPID_SUBJECT
-    base = site.base_url()
+    base = public_url.base_url()
     return base if base.startswith("https://") else "mailto:impri@localhost"
 
 

@@ -16,7 +16,9 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
-from .. import dbexec, faults, keys
+from identity import keys
+from plumbing import db_threads, fallbacks
+
 from ..errors import ImpriError, RateLimited
 from . import agent, audit, reviewer
 
@@ -31,7 +33,7 @@ class KeyAuth(HttpBearer):
     """
 
     async def authenticate(self, request: HttpRequest, token: str) -> keys.Principal | None:
-        return await dbexec.run(keys.authenticate, token)
+        return await db_threads.run(keys.authenticate, token)
 
 
 class ImpriAPI(NinjaAPI):
@@ -68,7 +70,7 @@ def _domain_error(request, exc: ImpriError):
 def _unexpected_error(request, exc: Exception):
     """Nothing on /api/ answers an HTML page: a database away is 503, the rest a JSON 500."""
     if isinstance(exc, DatabaseError | psycopg.Error):
-        faults.note("database", "the API answers 503", exc)
+        fallbacks.note("database", "the API answers 503", exc)
         return api.create_response(
             request,
             {"detail": "the database is unavailable; retry shortly", "code": "unavailable"},

@@ -7,7 +7,10 @@ from typing import Literal
 
 from ninja import Field, Query, Router, Schema, Status
 
-from .. import dbexec, keys, services
+from identity import keys
+from plumbing import db_threads
+
+from .. import services
 from ..errors import Forbidden, InvalidInput
 from ..models import Action
 from ..presenters import action_out, decision_out
@@ -41,7 +44,7 @@ DEFAULT_AWAIT_S = 30.0
 
 
 @router.post("/actions", response={200: ActionOut, 201: ActionOut, **ERRORS})
-@dbexec.view
+@db_threads.view
 def push_action(request, data: ActionIn, idempotency_key: str | None = IDEMPOTENCY_HEADER):
     """Propose an action. 201 when created, 200 with the same body when an Idempotency-Key is replayed."""
     action, created = services.push_action(
@@ -51,7 +54,7 @@ def push_action(request, data: ActionIn, idempotency_key: str | None = IDEMPOTEN
 
 
 @router.get("/actions/{action_id}", response={200: ActionOut, **ERRORS})
-@dbexec.view
+@db_threads.view
 def get_action(request, action_id: ActionId):
     return action_out(_read(request, action_id), _base(request))
 
@@ -75,11 +78,11 @@ async def await_decision(
     if principal.agent is None:
         raise Forbidden("only the agent that pushed an action can await its decision")
     action = await services.await_decision(action_id, agent=principal.agent, timeout_s=timeout_s)
-    return await dbexec.run(decision_out, action, lane="wake")
+    return await db_threads.run(decision_out, action, lane="wake")
 
 
 @router.post("/actions/{action_id}/result", response={200: ActionOut, **ERRORS})
-@dbexec.view
+@db_threads.view
 def report_result(request, action_id: ActionId, data: ResultIn):
     action = services.report_result(
         action_id, agent=_agent(request), status=data.status, detail=data.detail, grant=data.grant
@@ -88,7 +91,7 @@ def report_result(request, action_id: ActionId, data: ResultIn):
 
 
 @router.post("/actions/{action_id}/cancel", response={200: ActionOut, **ERRORS})
-@dbexec.view
+@db_threads.view
 def cancel_action(request, action_id: ActionId, data: CancelIn | None = None):
     reason = data.reason if data else ""
     return action_out(
@@ -121,7 +124,7 @@ class ListFilters(Schema):
 
 
 @router.get("/actions", response={200: ActionPage, **ERRORS})
-@dbexec.view
+@db_threads.view
 def list_actions(request, filters: Query[ListFilters]):
     """Newest first. Agents see their own actions; reviewers those routed to their groups."""
     principal: keys.Principal = request.auth

@@ -11,8 +11,9 @@ from audit import access as audit_access
 from audit import export as audit_export
 from audit import log as audit_log
 from audit.models import ChainHead, VerificationRun
+from plumbing import db_threads
 
-from .. import dbexec, services
+from .. import services
 from ..errors import Forbidden, ImpriError
 from ..schemas import (
     NO_NUL,
@@ -100,7 +101,7 @@ def _auditor(request):
 
 
 @router.get("", response={200: AuditPage, **ERRORS})
-@dbexec.view
+@db_threads.view
 def list_audit(
     request,
     action_id: str | None = Query(None, pattern=NO_NUL),
@@ -139,7 +140,7 @@ def _verification(result) -> dict:
 
 
 @router.get("/verify", response={200: VerificationOut, **ERRORS})
-@dbexec.view
+@db_threads.view
 def verify_audit(request):
     """Verify from the last verified checkpoint to the chain head (only the new events)."""
     user = _reviewer(request)
@@ -147,7 +148,7 @@ def verify_audit(request):
 
 
 @router.post("/verify", response={200: VerificationOut, **ERRORS})
-@dbexec.view
+@db_threads.view
 def verify_audit_checkpoint(request, data: VerifyIn):
     """Verify that the chain still holds a signed checkpoint and runs intact from it to the head."""
     user = _reviewer(request)
@@ -156,7 +157,7 @@ def verify_audit_checkpoint(request, data: VerifyIn):
 
 
 @router.get("/checkpoint", response={200: AuditStateOut, **ERRORS})
-@dbexec.view
+@db_threads.view
 def audit_state(request):
     """A signed checkpoint of the head to keep elsewhere, and the recent verification runs."""
     _auditor(request)
@@ -171,7 +172,7 @@ def audit_state(request):
 
 
 @router.post("/verify/full", response={202: VerificationRunOut, **ERRORS})
-@dbexec.view
+@db_threads.view
 def verify_audit_full(request):
     """Queue a re-verification of the whole chain; poll GET /audit/verify/full/{id}."""
     user = _auditor(request)
@@ -181,7 +182,7 @@ def verify_audit_full(request):
 
 
 @router.get("/verify/full/{run_id}", response={200: VerificationRunOut, **ERRORS})
-@dbexec.view
+@db_threads.view
 def verify_audit_full_result(request, run_id: int):
     _auditor(request)
     run = VerificationRun.objects.filter(pk=run_id).first()

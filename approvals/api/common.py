@@ -8,7 +8,9 @@ from typing import Annotated
 from django.http import HttpRequest
 from ninja import Header, Path
 
-from .. import keys, services
+from identity import keys
+
+from .. import services
 from ..errors import Forbidden, InvalidInput
 from ..models import Action
 from ..schemas import ErrorOut

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from ninja import Router
 
-from .. import dbexec, services, stepup
+from plumbing import db_threads
+
+from .. import services, stepup
 from ..presenters import action_out
 from ..schemas import (
     ActionOut,
@@ -18,7 +20,7 @@ router = Router(tags=["actions"])
 
 
 @router.post("/actions/{action_id}/approve", response={200: ActionOut, **ERRORS})
-@dbexec.view
+@db_threads.view
 def approve(
     request,
     action_id: ActionId,
@@ -41,7 +43,7 @@ def approve(
 
 
 @router.post("/actions/{action_id}/reject", response={200: ActionOut, **ERRORS})
-@dbexec.view
+@db_threads.view
 def reject(
     request,
     action_id: ActionId,
@@ -61,7 +63,7 @@ def reject(
 
 
 @router.post("/actions/{action_id}/request-changes", response={200: ActionOut, **ERRORS})
-@dbexec.view
+@db_threads.view
 def request_changes(
     request,
     action_id: ActionId,

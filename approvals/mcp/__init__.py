@@ -1,6 +1,6 @@
 """MCP adapter: the agent side of the service layer as MCP tools.
 
-The same server object serves streamable HTTP (``impri/mcp_asgi.py``, the agent
+The same server object serves streamable HTTP (``approvals/mcp/http.py``, the agent
 comes from the bearer key checked by the SDK's token verifier), stdio
 (``impri mcp``, the agent comes from ``IMPRI_API_KEY``) and in-process tests.
 ``tools`` holds the tools and ``build_server``; ``server`` the identity, the

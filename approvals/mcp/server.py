@@ -22,7 +22,9 @@ from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
-from .. import dbexec, keys, site
+from identity import keys
+from plumbing import db_threads, public_url
+
 from ..errors import Forbidden, ImpriError, InvalidInput, NotAuthenticated
 from ..models import Action
 
@@ -38,7 +40,7 @@ ERROR_META_KEY = "impri/error"
 class AgentAccessToken(AccessToken):
     """The SDK's access token carrying the caller ``keys.authenticate`` found.
 
-    ``impri.mcp_asgi``'s token verifier issues it; the tools read it back with
+    ``approvals.mcp.http``'s token verifier issues it; the tools read it back with
     ``get_access_token()``.
     """
 
@@ -85,7 +87,7 @@ class ImpriMCPServer(MCPServer):
 async def current_agent(ctx: Context):
     server = ctx.mcp_server
     if getattr(server, "api_key", None) is not None:
-        principal = await dbexec.run(keys.authenticate, server.api_key)
+        principal = await db_threads.run(keys.authenticate, server.api_key)
     else:
         token = get_access_token()
         principal = token.principal if isinstance(token, AgentAccessToken) else None
@@ -160,7 +162,7 @@ def _base_url(ctx: Context) -> str:
     """Where links point: the HTTP request's own origin, else serve's defaults (stdio)."""
     request = ctx.request_context.request
     if request is None or not hasattr(request, "headers"):
-        return site.base_url() + "/"
+        return public_url.base_url() + "/"
     scheme = request.url.scheme
     proxy = settings.SECURE_PROXY_SSL_HEADER
     if proxy:

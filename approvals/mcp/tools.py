@@ -15,7 +15,9 @@ from mcp.server.mcpserver import Context
 from mcp_types import ToolAnnotations
 from pydantic import Field
 
-from .. import dbexec, services, site
+from plumbing import db_threads, public_url
+
+from .. import services
 from ..presenters import action_out, decision_out
 from ..schemas import ActionIn, ActionOut, DecisionOut, EditableIn, PreviewIn, ResultIn
 from .server import (
@@ -44,7 +46,7 @@ After "changes_requested", push a corrected action naming the old one in superse
 """
 
 
-_read = dbexec.wrap(services.get_action_for_agent)
+_read = db_threads.wrap(services.get_action_for_agent)
 
 
 # --- Tools ---------------------------------------------------------------------------
@@ -155,7 +157,7 @@ async def impri_push_action(
         "supersedes": supersedes,
     }
     data = _parse(ActionIn, {k: v for k, v in fields.items() if v is not None})
-    action, _ = await dbexec.run(services.push_action, agent, data)
+    action, _ = await db_threads.run(services.push_action, agent, data)
     return ActionOut.model_validate(action_out(action, _base_url(ctx)))
 
 
@@ -224,7 +226,7 @@ async def impri_report_result(
     """
     agent = await current_agent(ctx)
     data = _parse(ResultIn, {"status": status, "detail": detail, "grant": grant})
-    action = await dbexec.run(
+    action = await db_threads.run(
         services.report_result,
         action_id,
         agent=agent,
@@ -256,7 +258,7 @@ async def impri_cancel_action(
     """Withdraw a pending action you no longer want, e.g. the customer changed their
     mind. Only a pending action can be cancelled; a decided one cannot."""
     agent = await current_agent(ctx)
-    action = await dbexec.run(services.cancel_action, action_id, agent=agent, reason=reason)
+    action = await db_threads.run(services.cancel_action, action_id, agent=agent, reason=reason)
     return ActionOut.model_validate(action_out(action, _base_url(ctx)))
 
 
@@ -272,7 +274,7 @@ def build_server(*, api_key: str | None = None, verifier: TokenVerifier | None =
     auth = None
     if verifier is not None:
         auth = AuthSettings(
-            issuer_url=site.base_url(),
+            issuer_url=public_url.base_url(),
             resource_server_url=None,
             required_scopes=[AGENT_SCOPE],
         )

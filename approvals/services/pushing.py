@@ -13,13 +13,14 @@ from django.utils import timezone
 
 from audit import log as audit
 from audit.models import ActorType, canonical_json
+from plumbing import outbound
 from rules import engine as rule_engine
 from rules import kinds as rule_kinds
 from rules import services as rule_services
 from rules.bounds import effective_bounds
 from rules.money import ijson_problem
 
-from .. import events, money, outbound, outbox, rows
+from .. import events, money, outbox, rows
 from ..errors import IdempotencyConflict, InvalidInput
 from ..models import Action, ActionStatus, Agent, Notification
 from ..schemas import ActionIn

@@ -37,9 +37,8 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.utils import timezone
 
-from impri import metrics
+from plumbing import db_threads, metrics
 
-from .. import dbexec
 from ..events import action_group, layer_slot
 from ..models import Action, ActionStatus, Agent
 from .selectors import get_action_for_agent
@@ -243,7 +242,7 @@ class WaiterHub:
             if not ids:
                 continue
             try:
-                settled = await dbexec.run(settled_among, ids, lane="wake")
+                settled = await db_threads.run(settled_among, ids, lane="wake")
             except Exception:
                 logger.warning("batched re-read of %d waits failed", len(ids), exc_info=True)
                 continue
@@ -359,7 +358,7 @@ async def await_decision(
     that answer. On shutdown the wait answers at once (``pending`` unless it
     was decided) so the agent asks again, possibly another process.
     """
-    read = dbexec.wrap(get_action_for_agent, lane="wake")
+    read = db_threads.wrap(get_action_for_agent, lane="wake")
     timeout_s = max(0.0, min(float(timeout_s), float(settings.IMPRI_MAX_AWAIT_S)))
     started = time.monotonic()
     deadline = started + timeout_s

@@ -3,8 +3,8 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError
 
-from approvals import keys
 from approvals.models import Agent
+from identity import keys
 
 
 class Command(BaseCommand):

@@ -57,7 +57,7 @@ class Command(BaseCommand):
         self.stdout.write(new)
 
     def _list(self) -> None:
-        from impri.models import GrantSigningKey
+        from approvals.models import GrantSigningKey
 
         own = grants.signing_key().kid
         for row in GrantSigningKey.objects.all():

@@ -5,8 +5,8 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from approvals import retention
-from impri.progress import Progress
+from delivery import retention
+from plumbing.progress import Progress
 
 
 class Command(BaseCommand):

@@ -10,7 +10,7 @@ from django.db import DatabaseError
 from django.utils.dateparse import parse_datetime
 
 from audit import export, log
-from impri.progress import Progress
+from plumbing.progress import Progress
 
 
 class Command(BaseCommand):

@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from gateway import config, pins, services, upstream
 from gateway.proxy import build_gateway_server
-from impri.progress import Progress
+from plumbing.progress import Progress
 
 
 def operator() -> str:

@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from approvals import grants
 from impri import storage
-from impri.progress import Progress
+from plumbing.progress import Progress
 
 
 class Command(BaseCommand):

@@ -13,7 +13,7 @@ class Command(BaseCommand):
         parser.add_argument("--loglevel", default=None, help="Default: IMPRI_LOG_LEVEL.")
 
     def handle(self, *args, loglevel, **options):
-        from impri.celery import app
+        from plumbing.celery import app
 
         start_background_process("beat", self.stderr, loglevel)
         settings.DATA_DIR.mkdir(parents=True, exist_ok=True)

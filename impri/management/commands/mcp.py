@@ -13,9 +13,9 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
-from approvals import keys
 from approvals.errors import RateLimited
 from approvals.mcp import build_server
+from identity import keys
 from impri import storage
 
 

@@ -48,10 +48,10 @@ class Command(BaseCommand):
         parser.add_argument("--loglevel", default=None, help="Default: IMPRI_LOG_LEVEL.")
 
     def handle(self, *args, concurrency, loglevel, **options):
-        from impri.celery import app
+        from plumbing.celery import app
 
         start_background_process("worker", self.stderr, loglevel)
-        # Threads, not prefork: deliveries already run on Impri's own lanes (approvals.lanes),
+        # Threads, not prefork: deliveries already run on Impri's own lanes (delivery.lanes),
         # and Celery's Django fixup closes the psycopg pool after every prefork task, under
         # the lanes' feet ("pool has already been opened/closed").
         argv = ["worker", "--pool=threads"]

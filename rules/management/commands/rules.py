@@ -7,7 +7,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from impri.progress import Progress
+from plumbing.progress import Progress
 from rules import engine, services
 from rules.backtest import backtest, dry_run, parse_since, past_actions
 

@@ -43,7 +43,7 @@ from django.db import connection
 
 logger = logging.getLogger(__name__)
 
-# Outcomes of one send (approvals.webhooks defines the same names).
+# Outcomes of one send (delivery.webhooks defines the same names).
 BUSY = "busy"
 UNREACHABLE = "unreachable"
 
@@ -98,7 +98,7 @@ class Lane:
 
     def _fresh(self) -> None:
         if self._pid != os.getpid():
-            from . import outbound
+            from plumbing import outbound
 
             self._pid = os.getpid()
             self._pool = ThreadPoolExecutor(

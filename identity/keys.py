@@ -12,14 +12,14 @@ from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
+from approvals import rows
+from approvals.errors import RateLimited
+from approvals.models import Agent, ApiKey, hash_key, random_base62
 from audit import identity
 from audit import log as audit
 from audit.identity import current_actor
 from audit.models import ActorType
-
-from . import faults, rows
-from .errors import RateLimited
-from .models import Agent, ApiKey, hash_key, random_base62
+from plumbing import fallbacks
 
 SECRET_CHARS = 40  # about 238 bits
 PREFIX_CHARS = 6
@@ -106,7 +106,7 @@ def revoke_key(key: ApiKey, *, by: str = "system") -> None:
 
 def rotate_webhook_secret(agent: Agent, *, by: str = "system") -> str:
     """Give the agent a new webhook signing secret; returns it (shown once, never again)."""
-    from .models import new_webhook_secret
+    from approvals.models import new_webhook_secret
 
     secret = new_webhook_secret()
     with transaction.atomic():
@@ -193,7 +193,7 @@ def _check_rate(key: ApiKey) -> None:
         count = _count(bucket)
     except Exception as exc:
         # The cache (Redis) is away: allow rather than refuse every call.
-        faults.note("cache", "the rate limiter allows every request", exc)
+        fallbacks.note("cache", "the rate limiter allows every request", exc)
         return
     if count > limit:
         raise RateLimited(

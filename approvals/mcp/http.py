@@ -32,9 +32,11 @@ from django.conf import settings
 from mcp.server.auth.provider import AccessToken, TokenVerifier
 from mcp.server.transport_security import TransportSecuritySettings
 
-from approvals import dbexec, keys
 from approvals.errors import RateLimited
-from approvals.mcp import AGENT_SCOPE, AgentAccessToken, build_server, settle_waits
+from identity import keys
+from plumbing import db_threads
+
+from . import AGENT_SCOPE, AgentAccessToken, build_server, settle_waits
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +56,7 @@ class AgentKeyVerifier(TokenVerifier):
 
     async def verify_token(self, token: str) -> AccessToken | None:
         try:
-            principal = await dbexec.run(keys.authenticate, token)
+            principal = await db_threads.run(keys.authenticate, token)
         except RateLimited as exc:
             refusals = _refusals.get()
             if refusals is None:

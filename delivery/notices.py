@@ -24,10 +24,13 @@ from django.conf import settings
 from django.core.mail import get_connection, send_mail
 from django.db import connection
 
-from . import lanes, outbound, outbox
-from . import money as action_money
-from .models import Action, ActionStatus, GroupNotificationSettings, Notification
-from .presenters import inbox_url
+from approvals import money as action_money
+from approvals.models import Action, ActionStatus, GroupNotificationSettings, Notification
+from approvals.presenters import inbox_url
+from delivery import lanes
+from plumbing import outbound
+
+from . import sending
 
 logger = logging.getLogger(__name__)
 
@@ -49,18 +52,18 @@ class Skip(Exception):
     """Nothing to send for this row; closed as given up, with the reason."""
 
 
-LANE = lanes.Lane("notifications", outbox.USER_AGENT)
+LANE = lanes.Lane("notifications", sending.USER_AGENT)
 
 
 def send_due(now: datetime | None = None, limit: int = 50, background: bool = False) -> int:
     """Send the notifications that are due (at most ``limit``), on a lane of their own.
 
-    Like webhooks (see ``approvals.lanes``): each destination (the mail
+    Like webhooks (see ``delivery.lanes``): each destination (the mail
     server, each group's Slack hook) has a fair share of the lane's threads,
     so one that does not answer holds up nobody else; inline it returns the
     attempts made, in the background how many rows it handed to the lane.
     """
-    read_clock = outbox.clock(now)
+    read_clock = sending.clock(now)
 
     def read(claimed: list, n: int) -> list:
         rows = (
@@ -88,9 +91,9 @@ def send_one(
     release: Callable[[], None] | None = None,
 ) -> str:
     """Lease one row and make one attempt; an outcome from ``approvals.outbox``."""
-    lease_until = outbox.take_lease(Notification, pk, read_clock())
+    lease_until = sending.take_lease(Notification, pk, read_clock())
     if lease_until is None:
-        return outbox.BUSY
+        return sending.BUSY
     note = Notification.objects.select_related("action__agent", "group").get(pk=pk)
     try:
         check_still_relevant(note)
@@ -108,19 +111,19 @@ def send_one(
             last_error=f"skipped: {skip}", locked_until=None, gave_up_at=read_clock()
         )
         logger.info("notification %s skipped: %s", pk, skip)
-        return outbox.FAILED
+        return sending.FAILED
     except Exception as exc:  # a failed send is retried with backoff, whatever broke
-        error = str(exc) if isinstance(exc, SlackError) else outbox.describe(exc)
-        gave_up = outbox.record_failure(
+        error = str(exc) if isinstance(exc, SlackError) else sending.describe(exc)
+        gave_up = sending.record_failure(
             Notification, pk, lease_until, note.created_at, note.attempts, error, read_clock()
         )
         log = logger.error if gave_up else logger.warning
         log("notification %s (%s to %s) failed: %s", pk, note.channel, note.group, error)
         # No answer from the mail server or the hook: leave its other messages for next time.
         no_answer = isinstance(exc, OSError | httpx.TransportError)
-        return outbox.UNREACHABLE if no_answer else outbox.FAILED
-    outbox.record_success(Notification, pk, read_clock())
-    return outbox.SENT
+        return sending.UNREACHABLE if no_answer else sending.FAILED
+    sending.record_success(Notification, pk, read_clock())
+    return sending.SENT
 
 
 def check_still_relevant(note: Notification) -> None:
@@ -235,7 +238,7 @@ def send_email(note: Notification) -> None:
     if not to:
         raise Skip(f"nobody in {note.group} has an email address and there are no extra emails")
     # Django's SMTP backend waits forever by default; a sweep must not.
-    timeout = settings.EMAIL_TIMEOUT or outbox.request_timeout_s()
+    timeout = settings.EMAIL_TIMEOUT or sending.request_timeout_s()
     send_mail(
         email_subject(note),
         email_body(note),
@@ -295,14 +298,14 @@ def send_slack(client: httpx.Client, note: Notification) -> None:
     url = group_settings(note).slack_webhook_url
     if not url:
         raise Skip(f"{note.group} has no Slack webhook URL")
-    if not outbox.is_http_url(url):
+    if not sending.is_http_url(url):
         raise Skip(f"the Slack webhook URL of {note.group} is not an http(s) URL")
     try:
         with client.stream(
-            "POST", url, json=slack_message(note), timeout=outbox.request_timeout_s()
+            "POST", url, json=slack_message(note), timeout=sending.request_timeout_s()
         ) as response:
             if not 200 <= response.status_code < 300:
-                raise SlackError(f"HTTP {response.status_code}: {outbox.start_of(response)}")
+                raise SlackError(f"HTTP {response.status_code}: {sending.start_of(response)}")
     except outbound.Refused as exc:
         raise Skip(f"refused: {exc}; not sent") from None
 

@@ -23,7 +23,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from .models import Notification, WebhookAttempt, WebhookDelivery
+from approvals.models import Notification, WebhookAttempt, WebhookDelivery
 
 logger = logging.getLogger(__name__)
 

@@ -24,9 +24,8 @@ from django.contrib.auth.models import Group
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from approvals.models import SsoIdentity
 from audit import identity
-
-from .models import SsoIdentity
 
 SOURCE = "oidc"
 _USERNAME_JUNK = re.compile(r"[^\w.@+-]")

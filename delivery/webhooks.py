@@ -20,7 +20,7 @@ ticker in embedded mode) sends what is due. Guarantees:
   row was created; then ``gave_up_at``.
 
 The lease, retry and give-up mechanics are the outbox's (``approvals.outbox``),
-shared with the notifications (``approvals.notify``).
+shared with the notifications (``delivery.notices``).
 
 Nothing here decides anything about an action: it only reads the outbox row and
 the agent's secret and writes delivery bookkeeping.
@@ -42,9 +42,11 @@ import httpx
 from django.db import connection, transaction
 from django.utils import timezone
 
-from . import lanes, outbound
-from .models import WebhookAttempt, WebhookDelivery
-from .outbox import (
+from approvals.models import WebhookAttempt, WebhookDelivery
+from delivery import lanes
+from plumbing import outbound
+
+from .sending import (
     BUSY,
     FAILED,
     SENT,
@@ -110,7 +112,7 @@ def deliver_due(now: datetime | None = None, limit: int = 50, background: bool =
 
     Inline (the default) it sends on this thread and returns the attempts
     made; in the background (ticker, Celery) it hands rows to the webhook
-    lane's threads and returns how many (see ``approvals.lanes``).
+    lane's threads and returns how many (see ``delivery.lanes``).
     Idempotent: with nothing due it reads one query and writes nothing.
     """
     read_clock = clock(now)
@@ -195,7 +197,7 @@ def deliver_one(
 def post(client: httpx.Client, delivery: WebhookDelivery) -> tuple[int | None, str, bool, bool]:
     """POST one message: (status code or None, error text, no answer, refused). Never raises.
 
-    Refused: the destination is one Impri does not send to (``approvals.outbound``),
+    Refused: the destination is one Impri does not send to (``plumbing.outbound``),
     or the message can't be signed; such a row is given up at once, not retried.
     """
     body = encode_body(delivery.body)

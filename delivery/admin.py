@@ -12,10 +12,14 @@ from django.contrib import admin
 from django.core.validators import validate_email
 from django.utils import timezone
 
-from impri.admin_site import PastedIdMixin, ReadOnlyAdminMixin
-
-from . import outbound
-from .models import GroupNotificationSettings, Notification, WebhookAttempt, WebhookDelivery
+from approvals.models import (
+    GroupNotificationSettings,
+    Notification,
+    WebhookAttempt,
+    WebhookDelivery,
+)
+from plumbing import outbound
+from plumbing.admin import PastedIdMixin, ReadOnlyAdminMixin
 
 
 class OutcomeFilter(admin.SimpleListFilter):

@@ -1,0 +1,27 @@
+"""The process's Prometheus registry and the instruments code below the project writes to.
+
+The collectors that read the database, and the ``/metrics`` view, are the
+project's (``impri.metrics``); what an app observes as it runs (a waiter woken)
+is recorded here, so no app imports the project.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Histogram
+
+# Seconds from a decision to the waiting agent being answered: push wakes in
+# milliseconds, the safety-net re-read in IMPRI_AWAIT_REREAD_S.
+WAKE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+registry = CollectorRegistry()
+
+wake_seconds = Histogram(
+    "impri_wake_seconds",
+    "Per process: seconds from a decision to the waiting agent's answer (long-poll or MCP wait).",
+    buckets=WAKE_BUCKETS,
+    registry=registry,
+)
+
+
+def observe_wake(seconds: float) -> None:
+    wake_seconds.observe(max(0.0, seconds))
