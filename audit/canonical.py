@@ -1,7 +1,7 @@
 """The byte encodings that audit hashes and payload digests are computed over.
 
 Scheme 2 (the current one) is RFC 8785, the JSON Canonicalization Scheme
-(DESIGN §1), of the value *as stored*: keys sorted by UTF-16 code units, no
+(docs/ARCHITECTURE.md, "Decisions this layout keeps"), of the value *as stored*: keys sorted by UTF-16 code units, no
 insignificant whitespace, strings escaped as ECMAScript's ``JSON.stringify``
 does, and numbers in ECMAScript's shortest form. A number is therefore encoded
 by its value, not by how one writer spelt it, and PostgreSQL's ``jsonb``

@@ -34,7 +34,7 @@ def make_action(agent: Agent, **overrides) -> Action:
     return action
 
 
-# DESIGN §5's example, as a team would write it.
+# The rules example of docs/rules.md, as a team would write it.
 SEED_RULES = """
 rules:
   - name: small refunds
