@@ -47,6 +47,8 @@ from django.conf import settings
 from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
+from .digests import payload_sha256
+
 logger = logging.getLogger(__name__)
 
 ALGORITHM = "EdDSA"
@@ -300,8 +302,6 @@ def rotate() -> tuple[str, str]:
 
 def claims_for(action) -> dict | None:
     """What a grant for ``action`` asserts, or None when the action carries none."""
-    from .services import payload_sha256
-
     if action.decided_at is None or not action.was_approved:
         return None
     issued = int(action.decided_at.timestamp())

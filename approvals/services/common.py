@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from contextlib import contextmanager
 
 from django.conf import settings
@@ -10,9 +9,9 @@ from django.contrib.auth.models import Group
 from django.db import transaction
 
 from audit import log as audit
-from audit.models import canonical_json
 
 from .. import events, outbox
+from ..digests import payload_sha256  # noqa: F401  (the services' name for it)
 from ..errors import InvalidInput
 from ..models import Action
 from ..schemas import json_problem
@@ -23,15 +22,6 @@ def _atomic():
     """A change's transaction: its audit events are appended together just before commit."""
     with transaction.atomic(), audit.batch():
         yield
-
-
-def payload_sha256(payload: dict) -> str:
-    """SHA-256 of the payload's canonical encoding (``audit.canonical``: numbers by value).
-
-    The one digest used everywhere (push, reviews, approval, result, the four-eyes
-    check): a payload as pushed and as read back from either database hash alike.
-    """
-    return hashlib.sha256(canonical_json(payload)).hexdigest()
 
 
 def default_group() -> Group:

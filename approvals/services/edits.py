@@ -5,10 +5,11 @@ from __future__ import annotations
 import copy
 import math
 
-from rules.bounds import bound_problem, effective_bounds
+from rules.bounds import bound_problem
 from rules.money import ijson_problem, money_problems
 
 from .. import money
+from ..bounds import edit_bounds
 from ..errors import InvalidInput
 from ..models import Action
 from ..schemas import resolve_path
@@ -56,18 +57,6 @@ def _check_declared(action: Action, document: dict) -> None:
     specs = money.specs_of(action)
     for path, problem in money_problems(document, specs or []):
         raise InvalidInput(f"edits.{path}", problem)
-
-
-def edit_bounds(action: Action, path: str) -> dict:
-    """The bounds an edit of ``path`` must keep to (fixed at push; see rules.bounds.effective_bounds).
-
-    An action pushed before bounds were fixed per path gets the money default.
-    """
-    bounds = action.edit_bounds or {}
-    if path in bounds:
-        return bounds[path] or {}
-    paths = money.money_paths(action, action.original_payload)
-    return effective_bounds([path], action.original_payload, {}, {}, paths)[path]
 
 
 def _json_type(value) -> str:
