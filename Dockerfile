@@ -4,8 +4,9 @@
 #   docker run -p 8000:8000 -v impri-data:/data impri                   # embedded: SQLite in /data
 #   docker run ... impri impri-start worker                             # scaled: see compose.yaml
 #
-# Stage 1 builds Impri's wheel and installs it, with every dependency pinned by
-# requirements.lock, into a virtualenv without pip. Stage 2 is the slim runtime:
+# Stage 1 installs every dependency from requirements.lock (exact versions, each
+# file checked against the lock's hashes), then Impri itself without resolving
+# anything, into a virtualenv without pip. Stage 2 is the slim runtime:
 # that virtualenv, the start script and nothing else (no source tree, no wheels,
 # no compilers, no pip cache).
 
@@ -13,14 +14,14 @@ FROM python:3.11-slim AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 WORKDIR /src
 COPY requirements.lock ./
-# Dependencies first, as wheels: this layer is reused until the lock changes.
-RUN python -m pip wheel --wheel-dir /wheels -r requirements.lock
-# The source tree (what .dockerignore lets through); it stays in this stage.
+# Dependencies first: this layer is reused until the lock changes. --require-hashes
+# refuses any file whose hash the lock does not list, and any package it does not pin.
+RUN python -m venv --without-pip /opt/impri \
+ && python -m pip --python /opt/impri/bin/python install --require-hashes -r requirements.lock
+# The source tree (what .dockerignore lets through); it stays in this stage. Impri
+# alone (--no-deps): the lock already put in everything it needs, and pip check says so.
 COPY . ./
-RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
- && python -m venv --without-pip /opt/impri \
- && python -m pip --python /opt/impri/bin/python install --no-index --find-links /wheels \
-        -c requirements.lock impri \
+RUN python -m pip --python /opt/impri/bin/python install --no-deps . \
  && python -m pip --python /opt/impri/bin/python check
 
 FROM python:3.11-slim
