@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from impri import packages
+from impri import packages, schedule
 from impri.logs import logging_config
 from impri.settings_env import env, envbool, envcidrs, envfloat, envint, envnetworks, private
 
@@ -409,36 +409,8 @@ IMPRI_RETENTION_DAYS = envint("IMPRI_RETENTION_DAYS", minimum=0)
 # (seconds); 0: only on demand.
 IMPRI_AUDIT_VERIFY_EVERY_S = envint("IMPRI_AUDIT_VERIFY_EVERY_S", minimum=0)
 IMPRI_HOUSEKEEPING_EVERY_S = 3600
-CELERY_BEAT_SCHEDULE = {
-    "expire-overdue": {"task": "approvals.tasks.expire_overdue", "schedule": IMPRI_TICK_S},
-    "deliver-webhooks": {"task": "delivery.tasks.deliver_webhooks", "schedule": IMPRI_TICK_S},
-    "send-notifications": {"task": "delivery.tasks.send_notifications", "schedule": IMPRI_TICK_S},
-    "escalate-overdue": {"task": "approvals.tasks.escalate_overdue", "schedule": IMPRI_SLOW_TICK_S},
-    "send-reminders": {"task": "approvals.tasks.send_reminders", "schedule": IMPRI_SLOW_TICK_S},
-    "flag-stale-approvals": {
-        "task": "approvals.tasks.flag_stale_approvals",
-        "schedule": IMPRI_SLOW_TICK_S,
-    },
-    "audit-full-verifications": {
-        "task": "audit.tasks.run_full_verifications",
-        "schedule": IMPRI_SLOW_TICK_S,
-    },
-    "prune-history": {
-        "task": "delivery.tasks.prune_history",
-        "schedule": IMPRI_HOUSEKEEPING_EVERY_S,
-    },
-    "refresh-gateway-tools": {"task": "gateway.tasks.refresh_tools", "schedule": IMPRI_SLOW_TICK_S},
-    "deliver-slack-messages": {
-        "task": "slackapp.tasks.deliver_slack_messages",
-        "schedule": IMPRI_TICK_S,
-    },
-    "deliver-pushes": {"task": "webpush.tasks.deliver_pushes", "schedule": IMPRI_TICK_S},
-}
-if IMPRI_AUDIT_VERIFY_EVERY_S:
-    CELERY_BEAT_SCHEDULE["verify-audit-chain"] = {
-        "task": "audit.tasks.verify_audit_chain",
-        "schedule": IMPRI_AUDIT_VERIFY_EVERY_S,
-    }
+# Beat's schedule is the table of periodic jobs the embedded ticker runs too (impri/schedule.py).
+CELERY_BEAT_SCHEDULE = schedule.beat(globals())
 
 # --- Email (notifications) ------------------------------------------------------
 # Without EMAIL_HOST, mail is written to the log instead of being sent.

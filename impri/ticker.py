@@ -1,7 +1,10 @@
 """The embedded scheduler: the periodic sweeps inside `impri serve`, without Celery beat.
 
 Celery's eager mode cannot schedule, so in embedded mode the serving process
-runs the same idempotent sweeps that beat triggers in scaled mode. They run in
+runs the jobs beat sends in scaled mode: the table in ``impri.schedule``, each
+job's Celery task called in-process, on the job's loop (one asyncio task per
+loop, so state sweeps never wait for delivery and a hanging gateway upstream
+delays nothing else). Every job is idempotent. They run in
 a worker thread (never on Django's one sync thread, so a slow webhook receiver
 can't hold up requests) and publish through the process's channel layer, so
 waiters in this process wake as soon as an action expires.
@@ -15,105 +18,56 @@ import time
 
 from channels.db import database_sync_to_async
 from django.conf import settings
+from django.utils.module_loading import import_string
+
+from impri import schedule
+from impri.schedule import Job
 
 logger = logging.getLogger(__name__)
 
 
-def state_sweeps():
-    """Deadlines that change an action's state: quick database work, never network I/O."""
-    from approvals import services
-
-    return [services.expire_due]
+def jobs_on(loop: str) -> list[Job]:
+    """The table's jobs that ``loop`` runs, in the table's order."""
+    return [job for job in schedule.JOBS if job.loop == loop]
 
 
-def slow_sweeps():
-    from approvals import services
-    from audit import log as audit_log
+def due(jobs: list[Job], now: float, next_runs: dict[str, float]) -> list[Job]:
+    """The jobs whose time has come (a job at 0 s never runs); each one's next time is set.
 
-    return [
-        services.escalate_due,
-        services.remind_due,
-        services.flag_stale,
-        audit_log.run_full_verifications,
-    ]
-
-
-def housekeeping(now: float, next_runs: dict[str, float]) -> list:
-    """What is due of the hourly prune and the periodic audit verify (the beat schedule's twins)."""
-    from audit import verification
-    from delivery import retention
-
-    every = {
-        "prune": (retention.prune, settings.IMPRI_HOUSEKEEPING_EVERY_S),
-        "verify": (verification.verify_scheduled, settings.IMPRI_AUDIT_VERIFY_EVERY_S),
-    }
-    due = []
-    for name, (sweep, period) in every.items():
-        # The first run a minute after start, not during it.
-        if period and now >= next_runs.setdefault(name, now + 60):
-            due.append(sweep)
-            next_runs[name] = now + period
-    return due
-
-
-def delivery_sweeps():
-    """Hand due webhooks and notifications to their lanes' threads (delivery.lanes).
-
-    Each returns at once: the network I/O runs on the lanes, webhooks and
-    notifications apart, so neither a dead receiver nor the other lane delays a sweep.
+    Intervals are read from settings at each tick; a job's first run is
+    ``first_after_s`` after the loop's first tick (housekeeping: not during start).
     """
-    from delivery import notices, webhooks
-    from slackapp import delivery as slack
-    from webpush import delivery as push
+    ready = []
+    for job in jobs:
+        every = schedule.interval(job, settings)
+        if not every:
+            next_runs.pop(job.name, None)  # switched off: nothing to wake for
+        elif now >= next_runs.setdefault(job.name, now + job.first_after_s):
+            ready.append(job)
+            next_runs[job.name] = now + every
+    return ready
 
-    return [webhooks.LANE.sweeper, notices.LANE.sweeper, slack.LANE.sweeper, push.LANE.sweeper]
 
-
-def run_sweeps(sweeps) -> dict[str, int]:
+def run_jobs(jobs: list[Job]) -> dict[str, object]:
+    """Call each job's Celery task in this process (a task object is callable); by job name."""
     done = {}
-    for sweep in sweeps:
+    for job in jobs:
         try:
-            done[sweep.__qualname__] = sweep()
+            done[job.name] = import_string(job.task)()
         except Exception:
-            logger.exception("sweep %s failed; it runs again on the next tick", sweep.__qualname__)
+            logger.exception("job %s failed; it runs again when next due", job.name)
     return done
 
 
-async def run_state_loop() -> None:
-    run = database_sync_to_async(run_sweeps, thread_sensitive=False)
-    next_slow = 0.0
-    while True:
-        started = time.monotonic()
-        await run(state_sweeps())
-        if started >= next_slow:
-            await run(slow_sweeps())
-            next_slow = started + settings.IMPRI_SLOW_TICK_S
-        await asyncio.sleep(max(0.0, settings.IMPRI_TICK_S - (time.monotonic() - started)))
-
-
-async def run_delivery_loop() -> None:
-    run = database_sync_to_async(run_sweeps, thread_sensitive=False)
+async def run_loop(loop: str) -> None:
+    """Run ``loop``'s jobs when due, in a worker thread; sleep until the next one is."""
+    run = database_sync_to_async(run_jobs, thread_sensitive=False)
+    jobs = jobs_on(loop)
     next_runs: dict[str, float] = {}
     while True:
-        started = time.monotonic()
-        # Housekeeping shares this loop, not the state loop: a long verify must never delay expiry.
-        await run(delivery_sweeps() + housekeeping(started, next_runs))
-        await asyncio.sleep(max(0.0, settings.IMPRI_TICK_S - (time.monotonic() - started)))
-
-
-async def run_gateway_loop() -> None:
-    """Gateway upstreams' tool lists, refreshed when due (gateway.tasks.refresh_due).
-
-    A loop of its own: an upstream that hangs must delay neither an expiry nor
-    a delivery.
-    """
-    from gateway.tasks import refresh_due
-
-    run = database_sync_to_async(run_sweeps, thread_sensitive=False)
-    while True:
-        started = time.monotonic()
-        await run([refresh_due])
-        await asyncio.sleep(max(0.0, settings.IMPRI_SLOW_TICK_S - (time.monotonic() - started)))
+        await run(due(jobs, time.monotonic(), next_runs))
+        soonest = min(next_runs.values(), default=time.monotonic() + settings.IMPRI_TICK_S)
+        await asyncio.sleep(max(0.0, soonest - time.monotonic()))
 
 
 def install_in_reactor() -> None:
@@ -124,13 +78,7 @@ def install_in_reactor() -> None:
 
     def start() -> None:
         loop = asyncio.get_event_loop()
-        tasks.extend(
-            [
-                loop.create_task(run_state_loop()),
-                loop.create_task(run_delivery_loop()),
-                loop.create_task(run_gateway_loop()),
-            ]
-        )
+        tasks.extend(loop.create_task(run_loop(name)) for name in schedule.LOOPS)
         logger.info(
             "embedded ticker: sweeps every %ss (slow ones every %ss)",
             settings.IMPRI_TICK_S,

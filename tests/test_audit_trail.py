@@ -401,12 +401,12 @@ def test_numbers_json_cannot_hold_are_refused_naming_the_field(agent, rita, spel
 
 def test_a_queued_full_run_is_done_by_the_embedded_ticker_and_the_celery_task(agent, rita):
     from audit.tasks import run_full_verifications
-    from impri.ticker import run_sweeps, slow_sweeps
+    from impri.ticker import jobs_on, run_jobs
 
     make_action(agent.agent)
     first = audit_log.request_full_verification(by="rita")
-    done = run_sweeps(slow_sweeps())
-    assert done["run_full_verifications"] == 1
+    done = run_jobs([j for j in jobs_on("state") if j.name == "audit-full-verifications"])
+    assert done["audit-full-verifications"] == 1
     first.refresh_from_db()
     assert (first.status, first.ok, first.checked) == ("done", True, AuditEvent.objects.count())
     second = audit_log.request_full_verification(by="rita")

@@ -146,22 +146,26 @@ def test_beat_runs_the_prune_and_the_verify_on_a_schedule(settings):
 
 
 def test_the_embedded_ticker_runs_them_hourly_after_its_first_minute(settings):
-    from audit.verification import verify_scheduled
-    from delivery.retention import prune
-    from impri.ticker import housekeeping
+    from impri.ticker import due, jobs_on
 
     settings.IMPRI_AUDIT_VERIFY_EVERY_S = 600
+    housekeeping = [job for job in jobs_on("delivery") if job.first_after_s]
+    assert [job.task for job in housekeeping] == [
+        "delivery.tasks.prune_history",
+        "audit.tasks.verify_audit_chain",
+    ]
+    prune, verify = housekeeping
     runs: dict[str, float] = {}
-    assert housekeeping(1000.0, runs) == []  # at start: not during it
-    assert housekeeping(1059.0, runs) == []
-    assert housekeeping(1060.0, runs) == [prune, verify_scheduled]
-    assert housekeeping(1100.0, runs) == []
-    assert housekeeping(1660.0, runs) == [verify_scheduled]
-    assert housekeeping(4660.0, runs) == [prune, verify_scheduled]
+    assert due(housekeeping, 1000.0, runs) == []  # at start: not during it
+    assert due(housekeeping, 1059.0, runs) == []
+    assert due(housekeeping, 1060.0, runs) == [prune, verify]
+    assert due(housekeeping, 1100.0, runs) == []
+    assert due(housekeeping, 1660.0, runs) == [verify]
+    assert due(housekeeping, 4660.0, runs) == [prune, verify]
     settings.IMPRI_AUDIT_VERIFY_EVERY_S = 0
     runs = {}
-    assert housekeeping(9999.0, runs) == []
-    assert housekeeping(10059.0, runs) == [prune]  # no periodic verify when it is 0
+    assert due(housekeeping, 9999.0, runs) == []
+    assert due(housekeeping, 10059.0, runs) == [prune]  # no periodic verify when it is 0
 
 
 def test_the_prune_command_says_what_it_removed(agent):
