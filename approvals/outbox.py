@@ -12,20 +12,23 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 
 from plumbing import fallbacks
 
-from . import rows
 from .models import Action, GroupNotificationSettings, Notification, WebhookDelivery
 from .presenters import decision_out
 
 logger = logging.getLogger(__name__)
+
 
 def enqueue_webhook(action: Action, event: str) -> WebhookDelivery | None:
     """Announce a settled action to the agent's callback_url, with the body await_decision returns."""
@@ -39,9 +42,36 @@ def enqueue_webhook(action: Action, event: str) -> WebhookDelivery | None:
     return delivery
 
 
+@dataclass(frozen=True)
+class GroupChannel:
+    """An outbox an app above the core keeps for a group's notices (webpush: phones).
+
+    ``reachable()`` is an ``Exists()`` over the group (``OuterRef("pk")``): whether
+    anyone in it can be reached this way, read in the same query as the group's
+    settings so a group nobody can reach costs a push no statement of its own.
+    ``enqueue(action, group, kind)`` writes its rows, in the change's transaction.
+    """
+
+    reachable: Callable[[], Exists]
+    enqueue: Callable[[Action, Group, str], object]
+
+
+# Filled by the apps that keep such an outbox, in their AppConfig.ready: the core never
+# imports them.
+GROUP_CHANNELS: dict[str, GroupChannel] = {}
+
+
+def add_group_channel(name: str, channel: GroupChannel) -> None:
+    GROUP_CHANNELS[name] = channel
+
+
 def enqueue_notifications(action: Action, group: Group, kind: str) -> int:
-    """One Notification per channel the group has switched on; returns how many."""
-    has_members, saved, has_devices = _channel_config(group)
+    """One Notification per channel the group has switched on; returns how many.
+
+    The registered group channels (``GROUP_CHANNELS``) that reach someone in the
+    group write their own rows as well.
+    """
+    has_members, saved, reached = _channel_config(group)
     channels = []
     email_on = saved.email_enabled if saved else True  # no settings row: email is on
     if email_on and (has_members or (saved and saved.extra_emails)):
@@ -52,46 +82,30 @@ def enqueue_notifications(action: Action, group: Group, kind: str) -> int:
         Notification.objects.create(action=action, group=group, kind=kind, channel=channel)
     if channels:
         kick_on_commit("delivery.tasks.send_notifications")
-    if has_devices:
-        from webpush import delivery as push  # reviewers' phones: a push outbox and lane of its own
-
-        push.enqueue(action, group, kind)
+    for name in reached:
+        GROUP_CHANNELS[name].enqueue(action, group, kind)
     return len(channels)
 
 
-def _channel_config(group: Group) -> tuple[bool, GroupNotificationSettings | None, bool]:
+def _channel_config(group: Group) -> tuple[bool, GroupNotificationSettings | None, list[str]]:
     """Whether an active member of the group has an address, the group's settings row, and
-    whether an active member has a push device (``webpush``).
-
-    One plain SQL statement: it runs on every push that reaches a queue, and
-    compiling the ORM's version cost more than running it (docs/benchmarks.md).
-    """
-    connection = transaction.get_connection()
-    quote = connection.ops.quote_name
-    through = User.groups.through._meta
-    table = GroupNotificationSettings._meta
-    saved_cols = rows.columns(GroupNotificationSettings, "s", connection.alias)
-    from webpush.delivery import devices_exist_sql
-
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT EXISTS (SELECT 1 FROM {quote(User._meta.db_table)} u"
-            f" JOIN {quote(through.db_table)} m"
-            f" ON m.{quote(through.get_field('user').column)} = u.{quote(User._meta.pk.column)}"
-            f" WHERE m.{quote(through.get_field('group').column)} = %s"
-            f" AND u.{quote('is_active')} = %s AND u.{quote('email')} <> ''),"
-            f" {devices_exist_sql(quote)},"
-            f" {saved_cols.sql} FROM {quote(Group._meta.db_table)} g"
-            f" LEFT JOIN {quote(table.db_table)} s"
-            f" ON s.{quote(table.get_field('group').column)} = g.{quote(Group._meta.pk.column)}"
-            f" WHERE g.{quote(Group._meta.pk.column)} = %s",
-            [group.pk, True, group.pk, True, group.pk],
-        )
-        row = cursor.fetchone()
-    if row is None:  # the group is gone
-        return False, None, False
-    exists = row[2] is not None  # the settings row's primary key
-    return bool(row[0]), saved_cols.instance(row[2:]) if exists else None, bool(row[1])
+    the registered group channels that reach someone in it: one query."""
+    members = User.objects.filter(groups=OuterRef("pk"), is_active=True).exclude(email="")
+    reach = {f"reaches_{name}": c.reachable() for name, c in GROUP_CHANNELS.items()}
+    found = (
+        Group.objects.filter(pk=group.pk)
+        .select_related("notification_settings")
+        .annotate(has_members=Exists(members), **reach)
+        .first()
+    )
+    if found is None:  # the group is gone
+        return False, None, []
+    try:
+        saved = found.notification_settings
+    except GroupNotificationSettings.DoesNotExist:
+        saved = None
+    reached = [name for name in GROUP_CHANNELS if getattr(found, f"reaches_{name}")]
+    return found.has_members, saved, reached
 
 
 def kick_on_commit(task_name: str) -> None:

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import difflib
 import json
+from dataclasses import dataclass
 
 from django.urls import reverse
 
 from plumbing import public_url
 
 from . import grants
+from . import money as action_money
+from .bounds import edit_bounds
 from .models import Action, ActionStatus
+from .money import Amount, Money
+from .schemas import resolve_path
+from .wording import kind_sentence, telling_details
 
 
 def inbox_url(action: Action, request_origin: str | None = None) -> str:
@@ -101,3 +107,96 @@ def decision_out(action: Action) -> dict:
         "payload_sha256": claims["payload_sha256"] if claims else None,
         "grant": grants.sign(claims) if claims else None,
     }
+
+
+# --- What will happen, as the inbox, Slack and a push say it --------------------------
+
+
+def sign_word(money: Money | None) -> str:
+    """``negative`` or ``zero`` for an amount that is not above zero (shown in red); else ""."""
+    if money is None or money.minor > 0:
+        return ""
+    return "negative" if money.minor < 0 else "zero"
+
+
+# --- What will happen -------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    verb: str
+    money: Money | None
+    order: str | None
+    target_url: str
+    # Without money: the payload's telling fields, as (label, value), e.g. ("to", "a@b.example").
+    details: tuple[tuple[str, str], ...] = ()
+    money_path: str = ""  # where the amount is (the approve button follows an edit of it)
+
+    @property
+    def sign(self) -> str:
+        return sign_word(self.money)
+
+
+def outcome(action: Action) -> Outcome:
+    """The payload as a sentence: ``Refund $84.00 USD · order 10432``; without money, ``approvals.wording``."""
+    payload = action.payload if isinstance(action.payload, dict) else {}
+    money = action_money.primary(action)
+    order = payload.get("order_id")
+    if money is not None:
+        verb = action.kind.rsplit(".", 1)[-1].replace("_", " ").replace("-", " ").capitalize()
+        details: tuple[tuple[str, str], ...] = ()
+    else:
+        verb = kind_sentence(action.kind)
+        details = telling_details(payload)
+    return Outcome(
+        verb=verb,
+        money=money,
+        money_path=action_money.primary_path(action) if money is not None else "",
+        order=str(order) if isinstance(order, str | int) and not isinstance(order, bool) else None,
+        target_url=action.target_url,
+        details=details,
+    )
+
+
+# --- Money at a path ------------------------------------------------------------------
+
+
+def amounts_by_path(action: Action) -> dict[str, Amount]:
+    return {a.path: a for a in action_money.amounts(action)}
+
+
+def money_for_path(action: Action, path: str, value, found: dict | None = None) -> Money | None:
+    """A whole number at one of the action's money paths, read as money in that amount's currency."""
+    amount = (found if found is not None else amounts_by_path(action)).get(path)
+    if amount is None or not isinstance(value, int) or isinstance(value, bool):
+        return None
+    if action.money is not None:
+        spec = next((s for s in action_money.specs_of(action) or [] if s.amount == path), None)
+        if spec is not None and not spec.minor_units:
+            return None  # the value is in major units: shown as it is
+    return Money(value, amount.currency)
+
+
+# --- Edit bounds ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Bound:
+    name: str
+    value: object
+    money: Money | None
+    is_original: bool
+
+
+def bounds(action: Action, path: str) -> list[Bound]:
+    """The rule's bounds on ``path`` (``{"min": 1, "max": "original"}``) with ``original`` resolved."""
+    spec = edit_bounds(action, path)
+    if not isinstance(spec, dict):
+        return []
+    _, original = resolve_path({"payload": action.original_payload}, path)
+    out = []
+    for name, raw in spec.items():
+        is_original = raw == "original"
+        value = original if is_original else raw
+        out.append(Bound(name, value, money_for_path(action, path, value), is_original))
+    return out

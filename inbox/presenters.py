@@ -13,36 +13,23 @@ from decimal import Decimal
 from approvals import money as action_money
 from approvals.models import Action
 from approvals.money import MINOR_UNITS, SYMBOLS, Amount, Money
-from approvals.schemas import resolve_path
-from approvals.services.edits import edit_bounds
-from rules.money import shown
+from approvals.presenters import amounts_by_path, money_for_path
 
-from .wording import kind_sentence, telling_details
+# What will happen and an edit's bounds are said alike in the inbox, Slack and a push:
+# the core's presenters hold them; the inbox's views read them here.
+from approvals.presenters import bounds as bounds
+from approvals.presenters import outcome as outcome
+from approvals.schemas import resolve_path
+from rules.money import shown
 
 # Where a figure written in text names its currency (``mentions``).
 SYMBOL_CURRENCIES = {"$": "USD", "€": "EUR", "£": "GBP", "¥": "JPY", "₹": "INR", "₩": "KRW"}
 WORD_CURRENCIES = {"dollar": "USD", "dollars": "USD", "euro": "EUR", "euros": "EUR"}
 
 
-def _amounts_by_path(action: Action) -> dict[str, Amount]:
-    return {a.path: a for a in action_money.amounts(action)}
-
-
-def money_for_path(action: Action, path: str, value, found: dict | None = None) -> Money | None:
-    """A whole number at one of the action's money paths, read as money in that amount's currency."""
-    amount = (found if found is not None else _amounts_by_path(action)).get(path)
-    if amount is None or not isinstance(value, int) or isinstance(value, bool):
-        return None
-    if action.money is not None:
-        spec = next((s for s in action_money.specs_of(action) or [] if s.amount == path), None)
-        if spec is not None and not spec.minor_units:
-            return None  # the value is in major units: shown as it is
-    return Money(value, amount.currency)
-
-
 def money_fields(action: Action) -> dict[str, Money]:
     """The editable paths that hold one of the action's amounts (in minor units), with its currency."""
-    found = _amounts_by_path(action)
+    found = amounts_by_path(action)
     out = {}
     for path in action.editable:
         _, value = resolve_path({"payload": action.payload}, path)
@@ -94,52 +81,6 @@ def _currency_said(action: Action, amount: Amount) -> str:
     return "the payload names no currency, e.g. payload.currency"
 
 
-def sign_word(money: Money | None) -> str:
-    """``negative`` or ``zero`` for an amount that is not above zero (shown in red); else ""."""
-    if money is None or money.minor > 0:
-        return ""
-    return "negative" if money.minor < 0 else "zero"
-
-
-# --- What will happen -------------------------------------------------------------------------
-
-
-@dataclass
-class Outcome:
-    verb: str
-    money: Money | None
-    order: str | None
-    target_url: str
-    # Without money: the payload's telling fields, as (label, value), e.g. ("to", "a@b.example").
-    details: tuple[tuple[str, str], ...] = ()
-    money_path: str = ""  # where the amount is (the approve button follows an edit of it)
-
-    @property
-    def sign(self) -> str:
-        return sign_word(self.money)
-
-
-def outcome(action: Action) -> Outcome:
-    """The payload as a sentence: ``Refund $84.00 USD · order 10432``; without money, ``inbox.wording``."""
-    payload = action.payload if isinstance(action.payload, dict) else {}
-    money = action_money.primary(action)
-    order = payload.get("order_id")
-    if money is not None:
-        verb = action.kind.rsplit(".", 1)[-1].replace("_", " ").replace("-", " ").capitalize()
-        details: tuple[tuple[str, str], ...] = ()
-    else:
-        verb = kind_sentence(action.kind)
-        details = telling_details(payload)
-    return Outcome(
-        verb=verb,
-        money=money,
-        money_path=action_money.primary_path(action) if money is not None else "",
-        order=str(order) if isinstance(order, str | int) and not isinstance(order, bool) else None,
-        target_url=action.target_url,
-        details=details,
-    )
-
-
 def result_by(action: Action) -> str | None:
     """Who executed an action and reported its result: always the agent, never a reviewer."""
     return action.agent.name if action.result_status else None
@@ -161,7 +102,7 @@ class Leaf:
 def leaves(action: Action) -> list[Leaf]:
     """Every leaf of the payload as ``payload.a.b``, with its original value beside it."""
     out: list[Leaf] = []
-    found = _amounts_by_path(action)
+    found = amounts_by_path(action)
     for path, value in _walk(action.payload, "payload"):
         _, original = resolve_path({"payload": action.original_payload}, path)
         money = money_for_path(action, path, value, found)
@@ -307,28 +248,3 @@ def _other_currency(mention: Mention, money: Money) -> bool:
     # "$84" and "84 dollars" may be any dollar; the code, when written, must match.
     loose = mention.text[:1] == "$" or "dollar" in mention.text.lower()
     return not (loose and money.currency in DOLLAR_CURRENCIES)
-
-
-# --- Edit bounds ----------------------------------------------------------------------------------
-
-
-@dataclass
-class Bound:
-    name: str
-    value: object
-    money: Money | None
-    is_original: bool
-
-
-def bounds(action: Action, path: str) -> list[Bound]:
-    """The rule's bounds on ``path`` (``{"min": 1, "max": "original"}``) with ``original`` resolved."""
-    spec = edit_bounds(action, path)
-    if not isinstance(spec, dict):
-        return []
-    _, original = resolve_path({"payload": action.original_payload}, path)
-    out = []
-    for name, raw in spec.items():
-        is_original = raw == "original"
-        value = original if is_original else raw
-        out.append(Bound(name, value, money_for_path(action, path, value), is_original))
-    return out

@@ -26,10 +26,9 @@ from slack_sdk.models.views import View
 
 from approvals import services
 from approvals.models import Action, ActionStatus, Review
-from approvals.presenters import inbox_url
+from approvals.presenters import bounds, inbox_url, outcome
 from approvals.schemas import resolve_path
 from delivery.notices import amount_text, one_line, slack_escape, when
-from inbox import presenters
 
 from . import decisions
 
@@ -55,10 +54,10 @@ def text(value, limit: int = 200) -> str:
 
 def what_will_happen(action: Action) -> str:
     """``Refund $84.00 USD · order 10432``, as the inbox says it."""
-    outcome = presenters.outcome(action)
-    parts = [outcome.verb + (f" {outcome.money}" if outcome.money else "")]
-    if outcome.order:
-        parts.append(f"order {outcome.order}")
+    said = outcome(action)
+    parts = [said.verb + (f" {said.money}" if said.money else "")]
+    if said.order:
+        parts.append(f"order {said.order}")
     return text(" · ".join(parts), 300)
 
 
@@ -195,7 +194,7 @@ def message(action: Action, group_id: int) -> tuple[str, list[dict]]:
 
 def bounds_hint(action: Action, path: str) -> str:
     parts = []
-    for bound in presenters.bounds(action, path):
+    for bound in bounds(action, path):
         shown = f"{bound.value}" + (f" ({bound.money})" if bound.money else "")
         parts.append(
             f"{bound.name} {shown}" + (", what the agent asked" if bound.is_original else "")
@@ -207,7 +206,7 @@ def edit_input(action: Action, index: int, path: str) -> InputBlock:
     _, original = resolve_path({"payload": action.original_payload}, path)
     _, current = resolve_path({"payload": action.payload}, path)
     if isinstance(original, int | float) and not isinstance(original, bool):
-        limits = {b.name: b.value for b in presenters.bounds(action, path)}
+        limits = {b.name: b.value for b in bounds(action, path)}
         numeric = {
             f"{k}_value": v
             for k, v in limits.items()

@@ -5,3 +5,13 @@ class WebPushConfig(AppConfig):
     name = "webpush"
     verbose_name = "Push notifications"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from approvals import outbox
+
+        from . import delivery
+
+        # The core writes a group's notices; this app adds its phones as a channel of them.
+        outbox.add_group_channel(
+            "push", outbox.GroupChannel(reachable=delivery.reachable, enqueue=delivery.enqueue)
+        )

@@ -1,8 +1,9 @@
 """Pushes to reviewers' phones: the push outbox, sent on a lane of its own.
 
-Rows are written by ``approvals.outbox.enqueue_notifications`` in the transaction of
-the change they announce (an action reaching a group, escalated to it, or a reminder):
-one per subscription of each active member of the group. :func:`send_due` sends what is
+Rows are written through ``approvals.outbox.enqueue_notifications`` (this app is a group
+channel there, registered in ``apps.py``) in the transaction of the change they announce
+(an action reaching a group, escalated to it, or a reminder): one per subscription of
+each active member of the group. :func:`send_due` sends what is
 due with the outbox's lease, backoff and give-up (``approvals.outbox``), each push
 service host a destination of ``delivery.lanes``, through the outbound-address guard
 (``plumbing.outbound``) like every webhook. A push service's 404 or 410 means the
@@ -23,15 +24,16 @@ from datetime import datetime
 from urllib.parse import urlsplit
 
 import httpx
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import Group
 from django.db import connection
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from pywebpush import WebPusher
 
 from approvals import money as action_money
 from approvals import outbox
 from approvals.models import Action, ActionStatus
-from approvals.presenters import inbox_url
+from approvals.presenters import inbox_url, outcome
 from delivery import lanes, sending
 from delivery.notices import one_line
 
@@ -65,22 +67,14 @@ class PushRefused(Exception):
 # --- Writing rows, in the change's transaction ------------------------------------------
 
 
-def devices_exist_sql(quote) -> str:
-    """``EXISTS (…)``: an active member of a group has a push device (params: group id, True).
+def reachable() -> Exists:
+    """An active member of the group (``OuterRef("pk")``) has a push device.
 
-    Read inside the one statement ``approvals.outbox`` runs per push that reaches a queue,
+    Read inside the one query ``approvals.outbox`` runs per push that reaches a queue,
     so a group without devices costs a push no statement of its own.
     """
-    sub = PushSubscription._meta
-    through = User.groups.through._meta
-    return (
-        f"EXISTS (SELECT 1 FROM {quote(sub.db_table)} p"
-        f" JOIN {quote(through.db_table)} pm"
-        f" ON pm.{quote(through.get_field('user').column)} = p.{quote(sub.get_field('user').column)}"
-        f" JOIN {quote(User._meta.db_table)} pu"
-        f" ON pu.{quote(User._meta.pk.column)} = p.{quote(sub.get_field('user').column)}"
-        f" WHERE pm.{quote(through.get_field('group').column)} = %s"
-        f" AND pu.{quote('is_active')} = %s)"
+    return Exists(
+        PushSubscription.objects.filter(user__groups=OuterRef("pk"), user__is_active=True)
     )
 
 
@@ -108,8 +102,6 @@ def enqueue(action: Action, group: Group, kind: str) -> int:
 
 def message(row: PushDelivery) -> dict:
     """The push's JSON: ``action_id``, ``title``, ``amount``, ``url`` (and a headline)."""
-    from inbox.presenters import outcome
-
     action = row.action
     money = action_money.primary(action)
     amount = str(money) if money is not None else ""
