@@ -13,6 +13,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from compat.django import in_code_atomic_block
+
 from . import chain
 from .models import (
     CURRENT_SCHEME,
@@ -34,10 +36,7 @@ def in_own_transaction() -> bool:
     count, so a service that forgot its transaction fails under test exactly as
     it would in production.
     """
-    return any(
-        not getattr(block, "_from_testcase", False)
-        for block in transaction.get_connection().atomic_blocks
-    )
+    return in_code_atomic_block(transaction.get_connection())
 
 
 def record(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 
@@ -11,19 +10,18 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "impri.settings")
 
 import django  # noqa: E402
 from django.conf import settings  # noqa: E402
-from django.core import signals  # noqa: E402
-from django.core.exceptions import RequestAborted  # noqa: E402
-from django.core.handlers.asgi import ASGIHandler, get_script_prefix  # noqa: E402
-from django.urls import set_script_prefix  # noqa: E402
+from django.core.handlers.asgi import ASGIHandler  # noqa: E402
 
 django.setup(set_prefix=False)
+
+from compat.django import LoopSignalsASGIHandler  # noqa: E402
 
 # Paths whose views are async and do their database work on plumbing.db_threads's
 # bounded pool: they need no thread of their own.
 THREADLESS_PREFIXES = ("/api/", "/readyz", "/healthz")
 
 
-class ApiASGIHandler(ASGIHandler):
+class ApiASGIHandler(LoopSignalsASGIHandler):
     """Django's ASGI handler for the API: no thread per request, and its own middleware.
 
     Django gives every request a ``ThreadSensitiveContext``: its own thread,
@@ -34,84 +32,19 @@ class ApiASGIHandler(ASGIHandler):
     key check, views that run their body in one call on ``plumbing.db_threads``'s
     bounded pool, waits on the waiter hub), so it needs no such context.
 
+    The request signals are sent on the loop (``compat.django``: Django's
+    ``handle`` sends them through two hops to the process's shared sync thread).
+    Their receivers act on the calling thread's connections and caches, and an
+    API request opens none on the loop's thread: its database work runs on
+    ``plumbing.db_threads``'s pool, which gives its connections back after
+    every call.
+
     Its middleware is ``IMPRI_API_MIDDLEWARE``, not the inbox's stack: sessions,
     CSRF, messages and the rest are for browsers, and each of Django's classic
-    middleware hops to a thread twice per request under an async view. Django's
-    few sync signal handlers around a request run on the shared sync thread.
+    middleware hops to a thread twice per request under an async view.
     """
 
-    async def handle(self, scope, receive, send):
-        """Django's ``ASGIHandler.handle`` (5.2), with the request signals sent on the loop.
-
-        Django sends ``request_started`` and closes the response (which sends
-        ``request_finished``) through ``sync_to_async``: two hops a request to
-        the process's shared sync thread, queued behind whatever else runs
-        there. Their receivers (``close_old_connections``, ``reset_queries``,
-        ``close_caches``, ``reset_urlconf``) act on the calling thread's
-        connections and caches, and an API request opens none on the loop's
-        thread (its database work runs on ``plumbing.db_threads``'s pool, which
-        gives its connections back after every call). So they run here, on the
-        loop, where they find nothing to close and cost no thread hop. (A
-        coroutine receiver can't be sent to from the loop this way: a test
-        keeps these signals' receivers sync, and pins the Django version this
-        copies.) The rest is Django's: the body read, the disconnect listener
-        that cancels a long-poll whose client went away, the response sent.
-        """
-        try:
-            body_file = await self.read_body(receive)
-        except RequestAborted:
-            return
-        set_script_prefix(get_script_prefix(scope))
-        signals.request_started.send(sender=self.__class__, scope=scope)
-        request, error_response = self.create_request(scope, body_file)
-        if request is None:
-            body_file.close()
-            await self.send_response(error_response, send)
-            error_response.close()
-            return
-
-        async def process_request():
-            response = await self.run_get_response(request)
-            with contextlib.suppress(asyncio.CancelledError):  # the client went away meanwhile
-                await self.send_response(response, send)
-            return response
-
-        tasks = [
-            # First, as in Django: it raises nothing unexpected that would keep
-            # process_request from being cancelled.
-            asyncio.create_task(self.listen_for_disconnect(receive)),
-            asyncio.create_task(process_request()),
-        ]
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in tasks:
-            if task.done():
-                try:
-                    task.result()
-                except RequestAborted:
-                    pass
-                except AssertionError:
-                    body_file.close()
-                    raise
-            else:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        try:
-            response = tasks[1].result()
-        except asyncio.CancelledError:
-            signals.request_finished.send(sender=self.__class__)
-        else:
-            response.close()
-        body_file.close()
-
-    def load_middleware(self, is_async=False):
-        # Django reads settings.MIDDLEWARE here, once, at start-up.
-        browser_stack = settings.MIDDLEWARE
-        settings.MIDDLEWARE = settings.IMPRI_API_MIDDLEWARE
-        try:
-            super().load_middleware(is_async=is_async)
-        finally:
-            settings.MIDDLEWARE = browser_stack
+    middleware_setting = "IMPRI_API_MIDDLEWARE"
 
 
 class ImpriASGIHandler(ASGIHandler):
@@ -129,10 +62,11 @@ class ImpriASGIHandler(ASGIHandler):
 
 django_asgi = ImpriASGIHandler()
 
-from approvals import events  # noqa: E402
-from approvals.mcp.http import MCP_PATH, mcp_app  # noqa: E402
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+
+from approvals import events  # noqa: E402
+from approvals.mcp.http import MCP_PATH, mcp_app  # noqa: E402
 from gateway.asgi import GATEWAY_PREFIX, gateway_app  # noqa: E402
 from impri.logs import AccessLog  # noqa: E402
 from impri.security import ExactOriginValidator  # noqa: E402

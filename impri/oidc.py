@@ -26,18 +26,14 @@ import jwt
 import requests
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth import get_user_model
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import SuspiciousOperation, ValidationError
 from django.http import Http404
 from django.shortcuts import redirect
-from django.views.generic import View
+from mozilla_django_oidc.views import OIDCAuthenticationCallbackView
+
+from compat.mozilla_django_oidc import LazyEndpointRequestView, LazyEndpointsBackend
 from identity import sso
-from mozilla_django_oidc.auth import OIDCAuthenticationBackend
-from mozilla_django_oidc.views import (
-    OIDCAuthenticationCallbackView,
-    OIDCAuthenticationRequestView,
-)
 
 logger = logging.getLogger(__name__)
 
@@ -105,26 +101,11 @@ def _refuse(request, reason: str, detail: object = "") -> None:
         request.impri_sso_refused = reason
 
 
-class ImpriOIDCBackend(OIDCAuthenticationBackend):
-    def __init__(self, *args, **kwargs):
-        # Django builds every backend for every login (password ones too): no network here.
-        self.OIDC_RP_CLIENT_ID = settings.OIDC_RP_CLIENT_ID
-        self.OIDC_RP_CLIENT_SECRET = settings.OIDC_RP_CLIENT_SECRET
-        self.OIDC_RP_SIGN_ALGO = settings.OIDC_RP_SIGN_ALGO
-        self.OIDC_RP_IDP_SIGN_KEY = None
-        self.UserModel = get_user_model()
-
-    @property
-    def OIDC_OP_TOKEN_ENDPOINT(self) -> str:  # noqa: N802  (the library's name)
-        return provider()["token_endpoint"]
-
-    @property
-    def OIDC_OP_USER_ENDPOINT(self) -> str:  # noqa: N802
-        return provider()["userinfo_endpoint"]
-
-    @property
-    def OIDC_OP_JWKS_ENDPOINT(self) -> str:  # noqa: N802
-        return provider()["jwks_uri"]
+class ImpriOIDCBackend(LazyEndpointsBackend):
+    # Django builds every backend for every login (password ones too): no network
+    # there; the endpoints are asked for when a sign-in needs them.
+    def endpoint(self, name: str) -> str:
+        return provider()[name]
 
     def authenticate(self, request, **kwargs):
         # Only the callback passes a nonce; a password login never reaches the provider.
@@ -182,18 +163,14 @@ class ImpriOIDCBackend(OIDCAuthenticationBackend):
         return user
 
 
-class SsoLoginView(OIDCAuthenticationRequestView):
+class SsoLoginView(LazyEndpointRequestView):
     """``/accounts/oidc/authenticate/``: off to the provider (``?next=`` is kept)."""
-
-    def __init__(self, **kwargs):
-        View.__init__(self, **kwargs)  # the library's would resolve the endpoint here
-        self.OIDC_RP_CLIENT_ID = settings.OIDC_RP_CLIENT_ID
 
     def get(self, request):
         if not settings.IMPRI_OIDC_ENABLED:
             raise Http404("single sign-on is not configured")
         try:
-            self.OIDC_OP_AUTH_ENDPOINT = provider()["authorization_endpoint"]
+            endpoint = provider()["authorization_endpoint"]
         except ProviderUnreachable as exc:
             logger.warning("single sign-on unavailable: %s", exc)
             messages.error(
@@ -202,7 +179,7 @@ class SsoLoginView(OIDCAuthenticationRequestView):
                 "cannot be reached. Try again in a moment.",
             )
             return redirect(settings.LOGIN_URL)
-        return super().get(request)
+        return self.redirect_to_provider(request, endpoint)
 
 
 class SsoCallbackView(OIDCAuthenticationCallbackView):

@@ -25,9 +25,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from asgiref.sync import AsyncToSync, sync_to_async
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections, connections
+
+from compat.asgiref import sync_caller_waiting
 
 T = TypeVar("T")
 
@@ -65,7 +67,7 @@ async def run(fn: Callable[..., T], /, *args: Any, lane: str = "work", **kwargs:
     cancelled stops waiting, but the call itself runs to its end (a thread
     can't be interrupted), then releases its connection like any other.
     """
-    if getattr(AsyncToSync.executors, "current", None) is not None:
+    if sync_caller_waiting():
         # A sync thread is blocked waiting for this coroutine (a sync caller
         # went through async_to_sync: Django's test client, a management
         # command). Run there, as Django's thread-sensitive default does: it

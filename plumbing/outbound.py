@@ -38,6 +38,8 @@ import httpcore
 import httpx
 from django.conf import settings
 
+from compat.httpx import PoolTransport
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -226,22 +228,23 @@ class GuardedBackend(httpcore.NetworkBackend):
         self._inner.sleep(seconds)
 
 
-class GuardedTransport(httpx.HTTPTransport):
+class GuardedTransport(PoolTransport):
     """httpx's own transport over a pool that connects through :class:`GuardedBackend`.
 
     No proxy (an HTTP_PROXY from the environment would resolve names on our
     behalf, past the check) and no keep-alive (every request connects, so
-    every request is checked against the allow-list as it is now).
+    every request is checked against the allow-list as it is now). httpx takes
+    no network backend, so the pool is handed over (``compat.httpx``).
     """
 
     def __init__(self) -> None:
-        super().__init__(limits=httpx.Limits(max_keepalive_connections=0))
-        self._pool = httpcore.ConnectionPool(
+        pool = httpcore.ConnectionPool(
             ssl_context=httpx.create_ssl_context(),
             max_connections=100,
             max_keepalive_connections=0,
             network_backend=GuardedBackend(),
         )
+        super().__init__(pool, limits=httpx.Limits(max_keepalive_connections=0))
 
 
 def client(user_agent: str) -> httpx.Client:

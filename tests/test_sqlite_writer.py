@@ -19,8 +19,8 @@ import pytest
 from django.db import transaction
 from django.db.utils import ConnectionHandler, IntegrityError, OperationalError
 
-from impri.sqlite3 import base as impri_sqlite
-from tests.threads import in_sleep_syscall, on_sqlite_writer_queue
+from compat import django as queued_sqlite
+from tests.threads import in_sqlite_busy_wait, on_sqlite_writer_queue
 
 ALIAS = "writer-test"
 
@@ -51,7 +51,7 @@ class Database:
         return self.connections["default"]
 
     def lock(self) -> threading.Lock:
-        return impri_sqlite._writer_lock(os.path.realpath(self.path))
+        return queued_sqlite.writer_lock(os.path.realpath(self.path))
 
     def rows(self) -> list:
         with sqlite3.connect(self.path) as raw:
@@ -205,7 +205,7 @@ def test_a_second_writer_waits_on_the_queue_not_in_sqlite_s_busy_handler(databas
             release_first.wait(10)
 
     def second():
-        waiting["ident"], waiting["native"] = threading.get_ident(), threading.get_native_id()
+        waiting["ident"] = threading.get_ident()
         first_began.wait(10)
         with transaction.atomic(using=ALIAS):
             insert(db, "second")
@@ -217,9 +217,9 @@ def test_a_second_writer_waits_on_the_queue_not_in_sqlite_s_busy_handler(databas
     queued = slept = 0
     deadline = time.monotonic() + 0.5
     while time.monotonic() < deadline:
-        if "native" in waiting:
+        if "ident" in waiting:
             queued += on_sqlite_writer_queue(waiting["ident"])
-            slept += in_sleep_syscall(Path(f"/proc/self/task/{waiting['native']}"))
+            slept += in_sqlite_busy_wait(waiting["ident"])
         time.sleep(0.002)
     assert t2.is_alive(), "the second writer did not wait for the first"
     release_first.set()
@@ -309,7 +309,7 @@ def test_deferred_transactions_are_not_queued(databases):
 
 
 def test_two_files_have_two_locks(tmp_path):
-    assert impri_sqlite._writer_lock(str(tmp_path / "a")) is not impri_sqlite._writer_lock(
+    assert queued_sqlite.writer_lock(str(tmp_path / "a")) is not queued_sqlite.writer_lock(
         str(tmp_path / "b")
     )
 

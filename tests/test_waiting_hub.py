@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import threading
 import time
 
@@ -192,29 +191,6 @@ async def test_an_api_call_needs_nothing_from_the_shared_sync_thread(agent):
     finally:
         release.set()
     assert busy.result() is True
-
-
-def test_the_api_handlers_copy_of_djangos_handle_still_fits():
-    """``ApiASGIHandler.handle`` copies Django 5.2's and sends the request signals on the loop.
-
-    Sent there, a coroutine receiver would fail every API request (``Signal.send`` runs it
-    through ``async_to_sync``, which refuses to run on a loop). And a new Django may change
-    the handle it copies: compare the two before moving this pin.
-    """
-    import django
-    from django.core import signals
-    from django.core.handlers.asgi import ASGIHandler
-
-    import impri.asgi  # connects whatever the served application connects
-
-    assert django.VERSION[:2] == (5, 2), "re-read ASGIHandler.handle against ApiASGIHandler.handle"
-    assert "request_started.asend" in inspect.getsource(ASGIHandler.handle)
-    for signal, sender in [
-        (signals.request_started, impri.asgi.ApiASGIHandler),
-        (signals.request_finished, impri.asgi.ApiASGIHandler),
-    ]:
-        sync_receivers, async_receivers = signal._live_receivers(sender)
-        assert sync_receivers and not async_receivers, (signal, async_receivers)
 
 
 async def test_a_wait_cancelled_while_its_group_is_joined_leaves_the_group_after(monkeypatch):

@@ -42,5 +42,21 @@ def on_sqlite_writer_queue(ident: int) -> bool:
     frame = sys._current_frames().get(ident)
     return frame is not None and (
         frame.f_code.co_name == "_start_transaction_under_autocommit"
-        and frame.f_code.co_filename.endswith(str(Path("impri", "sqlite3", "base.py")))
+        and frame.f_code.co_filename.endswith(str(Path("compat", "django.py")))
+    )
+
+
+def in_sqlite_busy_wait(ident: int) -> bool:
+    """Whether thread ``ident`` of this process is in a ``BEGIN`` that waits for SQLite's lock.
+
+    Its innermost Python frame is then Django's SQLite cursor running the ``BEGIN``:
+    that statement's C call is where SQLite's busy handler sleeps until the file's
+    lock frees. Read from the thread's frames, so it holds on every platform (the
+    syscall numbers of ``in_sleep_syscall`` are x86_64's).
+    """
+    frame = sys._current_frames().get(ident)
+    return frame is not None and (
+        frame.f_code.co_name == "execute"
+        and frame.f_code.co_filename.endswith(str(Path("backends", "sqlite3", "base.py")))
+        and str(frame.f_locals.get("query", "")).lstrip().upper().startswith("BEGIN")
     )

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import gc
 import logging
 
@@ -9,6 +8,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+import compat.daphne
 from approvals import grants, services
 from impri import cli, eventloop, storage
 
@@ -46,8 +46,6 @@ class Command(BaseCommand):
         from impri import ticker as embedded_ticker
 
         _tune_gc()
-        _cache_content_type_parsing()
-        _skip_twisted_access_log()
         if not no_migrate:
             call_command("migrate", interactive=False, verbosity=0)
         services.default_group()
@@ -55,7 +53,7 @@ class Command(BaseCommand):
         if settings.CELERY_TASK_ALWAYS_EAGER if ticker is None else ticker:
             embedded_ticker.install_in_reactor()
         # Banners go to stderr with the logs; stdout stays empty (docs/ARCHITECTURE.md).
-        loop = eventloop.name_of(daphne.server.twisted_loop)
+        loop = eventloop.name_of(compat.daphne.twisted_loop())
         listening = Listening(
             self.stderr,
             [
@@ -65,7 +63,7 @@ class Command(BaseCommand):
             host,
             port,
         )
-        listening.install(daphne.server.Server)
+        listening.install()
         shutdown.install(reactor)
         # -v 0: no daphne access log on stdout; impri.logs.AccessLog logs each request.
         daphne_args = ["-v", "0", "-e", listen_endpoint(host, port, settings.IMPRI_LISTEN_BACKLOG)]
@@ -92,37 +90,30 @@ class Listening:
         self.stderr, self.banner, self.host, self.port = stderr, banner, host, port
         self.failed = ""
 
-    def install(self, server_class) -> None:
+    def install(self) -> None:
         daphne_log = logging.getLogger("daphne")
         if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
             daphne_log.setLevel(logging.WARNING)
-        listening = self
+        compat.daphne.on_listen(self.listened, self.could_not_listen)
 
-        def listen_success(server, port) -> None:
-            if hasattr(port, "getHost"):
-                address = port.getHost()
-                server.listening_addresses.append((address.host, address.port))
-            for line in listening.banner:
-                listening.stderr.write(line)
-            listening.stderr.flush()
+    def listened(self) -> None:
+        for line in self.banner:
+            self.stderr.write(line)
+        self.stderr.flush()
 
-        def listen_error(server, failure) -> None:
-            from twisted.internet.error import CannotListenError
+    def could_not_listen(self, failure) -> None:
+        from twisted.internet.error import CannotListenError
 
-            reason = failure.getErrorMessage()
-            if isinstance(failure.value, CannotListenError) and isinstance(
-                failure.value.socketError, OSError
-            ):
-                reason = failure.value.socketError.strerror or reason
-            listening.failed = (
-                f"cannot listen on {listening.host}:{listening.port} ({reason}). Choose "
-                f"another port with --port {listening.port + 1} or IMPRI_PORT={listening.port + 1}"
-                ", or stop what is using it."
-            )
-            server.stop()
-
-        server_class.listen_success = listen_success
-        server_class.listen_error = listen_error
+        reason = failure.getErrorMessage()
+        if isinstance(failure.value, CannotListenError) and isinstance(
+            failure.value.socketError, OSError
+        ):
+            reason = failure.value.socketError.strerror or reason
+        self.failed = (
+            f"cannot listen on {self.host}:{self.port} ({reason}). Choose "
+            f"another port with --port {self.port + 1} or IMPRI_PORT={self.port + 1}"
+            ", or stop what is using it."
+        )
 
 
 def listen_endpoint(host: str, port: int, backlog: int) -> str:
@@ -150,35 +141,3 @@ def _tune_gc() -> None:
     """
     young, middle, _ = gc.get_threshold()
     gc.set_threshold(young, middle, settings.IMPRI_GC_FULL_EVERY)
-
-
-def _cache_content_type_parsing() -> None:
-    """Remember Twisted's parse of each distinct Content-Type header (at most 64 of them).
-
-    Twisted parses the Content-Type of every request with a body by building an
-    ``email.message.EmailMessage`` (to find form posts): about 5 % of the CPU a push
-    costs (docs/benchmarks.md). Agents send the same one or two values over and over.
-    The parse is a pure function of the header's bytes, so its answers are kept in
-    an LRU cache; a Twisted without the function is left as it is.
-    """
-    from twisted.web import http
-
-    parse = getattr(http, "_parseContentType", None)
-    if parse is not None and not hasattr(parse, "cache_info"):
-        http._parseContentType = functools.lru_cache(maxsize=64)(parse)
-
-
-def _skip_twisted_access_log() -> None:
-    """Twisted's HTTP factory formats a combined-log line for every request: skip it.
-
-    Daphne sends Twisted's log nowhere (``-v 0``), and Impri logs each request
-    itself (``impri.logs.AccessLog``, with its request id). The line was formatted
-    and published anyway: about 1.5 % of the CPU a push costs (docs/benchmarks.md).
-    """
-    from daphne.http_protocol import HTTPFactory
-
-    HTTPFactory.log = _no_access_log
-
-
-def _no_access_log(self, request) -> None:
-    """Nothing: ``impri.logs.AccessLog`` writes the request's line."""

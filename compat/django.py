@@ -1,0 +1,255 @@
+"""Django internals Impri overrides: the ASGI handler's ``handle`` and the SQLite backend.
+
+1. ``LoopSignalsASGIHandler.handle`` is a copy of ``ASGIHandler.handle`` (Django 5.2)
+   that sends ``request_started`` and ``request_finished`` on the event loop instead of
+   through ``sync_to_async``. Django's two hops a request go to the process's one shared
+   sync thread, where every request's hops queue behind every other's and behind whatever
+   else runs there; the receivers (``close_old_connections``, ``reset_queries``,
+   ``close_caches``, ``reset_urlconf``) act on the calling thread's connections and
+   caches, and a request whose database work runs on other threads opens none on the
+   loop's. Kept for that isolation: with Django's ``handle`` an API request waits for
+   a busy shared thread (``tests/test_waiting_hub.py``,
+   ``test_an_api_call_needs_nothing_from_the_shared_sync_thread``, fails). The CPU it
+   saves is under 5 % of a push: 0.16 ms of ~4.9 (docs/benchmarks.md, "Framework
+   overrides"). Only sync receivers may be connected to those signals (a coroutine
+   receiver would be run through ``async_to_sync`` on the loop, which refuses).
+2. ``LoopSignalsASGIHandler.load_middleware`` builds the handler's chain from another
+   setting than ``MIDDLEWARE``: ``BaseHandler.load_middleware`` reads only
+   ``settings.MIDDLEWARE``, so it is swapped for the duration of the call (once, at
+   start-up, before any request). Needed for behaviour, not speed: the API's stack is
+   not the browsers' (no sessions, CSRF or messages; JSON errors).
+3. ``in_code_atomic_block`` reads ``Atomic._from_testcase``, Django's mark on the blocks
+   ``TestCase`` opens around each test, so that a service that forgot its own transaction
+   fails under test as in production (``audit.log.record``). Needed for the tests to be
+   able to fail, not speed.
+4. ``QueuedWritersSQLiteWrapper`` overrides five private methods of the SQLite backend's
+   ``DatabaseWrapper`` (``_start_transaction_under_autocommit``, ``_commit``,
+   ``_rollback``, ``_close``, ``_set_autocommit``) to queue a process's transactions on
+   a Python lock per file (below). It buys latency, not CPU: at 16 clients a push's p99
+   is shorter (docs/benchmarks.md, "Framework overrides"), its CPU the same.
+
+Re-read each against Django's source before moving ``WRITTEN_FOR``
+(``tests/test_compat.py``): ``django/core/handlers/asgi.py`` (``handle``),
+``django/core/handlers/base.py`` (``load_middleware``) and
+``django/db/backends/sqlite3/base.py`` with ``django/db/backends/base/base.py``, and
+``django/db/transaction.py`` (``Atomic``) with ``django/test/testcases.py`` (``_enter_atomics``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+import weakref
+
+from django.conf import settings
+from django.core import signals
+from django.core.exceptions import RequestAborted
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
+from django.db.backends.sqlite3 import base as sqlite_base
+from django.db.utils import OperationalError
+from django.urls import set_script_prefix
+
+WRITTEN_FOR = {"django": "5.2"}
+
+# The upstream code each override copies, calls into or replaces: module:qualname -> the
+# digest of its source as read (compat.source_digest). A change, even in a patch
+# release, fails tests/test_compat.py until the override is read against it again.
+UPSTREAM = {
+    "django.core.handlers.asgi:ASGIHandler.handle": "98faeb5bef800331",
+    "django.core.handlers.base:BaseHandler.load_middleware": "a1fb7ee5f8586195",
+    "django.db.backends.sqlite3.base:DatabaseWrapper._start_transaction_under_autocommit": (
+        "7315cfc61c1dde12"
+    ),
+    "django.db.backends.base.base:BaseDatabaseWrapper._commit": "8ebc361e1e8fcb8d",
+    "django.db.backends.base.base:BaseDatabaseWrapper._rollback": "d671ec3bb3c8ed44",
+    "django.db.backends.base.base:BaseDatabaseWrapper._close": "d1a3f0e9a11cd084",
+    "django.db.backends.sqlite3.base:DatabaseWrapper._set_autocommit": "951168e64a4baa0d",
+    "django.db.transaction:Atomic.__enter__": "1cccb72ad29b1ace",
+    "django.test.testcases:TestCase._enter_atomics": "4d46a3c8b64374e8",
+}
+
+
+class LoopSignalsASGIHandler(ASGIHandler):
+    """Django's ASGI handler with the request signals sent on the loop, and its own middleware.
+
+    ``middleware_setting`` names the setting its middleware chain is built from.
+    """
+
+    middleware_setting = "MIDDLEWARE"
+
+    async def handle(self, scope, receive, send):
+        """``ASGIHandler.handle`` of Django 5.2, with the request signals sent on the loop."""
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        set_script_prefix(get_script_prefix(scope))
+        signals.request_started.send(sender=self.__class__, scope=scope)
+        request, error_response = self.create_request(scope, body_file)
+        if request is None:
+            body_file.close()
+            await self.send_response(error_response, send)
+            error_response.close()
+            return
+
+        async def process_request():
+            response = await self.run_get_response(request)
+            with contextlib.suppress(asyncio.CancelledError):  # the client went away meanwhile
+                await self.send_response(response, send)
+            return response
+
+        tasks = [
+            # First, as in Django: it raises nothing unexpected that would keep
+            # process_request from being cancelled.
+            asyncio.create_task(self.listen_for_disconnect(receive)),
+            asyncio.create_task(process_request()),
+        ]
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            if task.done():
+                try:
+                    task.result()
+                except RequestAborted:
+                    pass
+                except AssertionError:
+                    body_file.close()
+                    raise
+            else:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        try:
+            response = tasks[1].result()
+        except asyncio.CancelledError:
+            signals.request_finished.send(sender=self.__class__)
+        else:
+            response.close()
+        body_file.close()
+
+    def load_middleware(self, is_async=False):
+        # Django reads settings.MIDDLEWARE here, once, at start-up.
+        standard = settings.MIDDLEWARE
+        settings.MIDDLEWARE = getattr(settings, self.middleware_setting)
+        try:
+            super().load_middleware(is_async=is_async)
+        finally:
+            settings.MIDDLEWARE = standard
+
+
+def in_code_atomic_block(connection) -> bool:
+    """True inside an atomic block that code opened; a test case's own blocks do not count."""
+    return any(not getattr(block, "_from_testcase", False) for block in connection.atomic_blocks)
+
+
+# --- SQLite: the process's writers queue on a lock per file -------------------------------
+#
+# On SQLite a transaction starts with ``BEGIN IMMEDIATE`` and holds the file's one write
+# lock until it ends. A second writer in the same process used to wait in SQLite's busy
+# handler, which *sleeps* (1, 2, 5 ... up to 100 ms a try) instead of waking when the lock
+# frees: under sixteen concurrent pushes the lock sat idle between transactions.
+#
+# Here every connection of the process to the same file first takes a Python lock for
+# that file, then begins; commit, rollback or close give it back. A writer waiting in this
+# process wakes the moment the lock frees (a futex, not a sleep; not strictly first come,
+# first served), and SQLite's own lock still orders this process against others.
+#
+# What is queued: the transactions Django begins (``transaction.atomic``), and only with
+# ``transaction_mode`` IMMEDIATE or EXCLUSIVE, where every transaction already held the
+# file's write lock from its start to its end. Statements outside a transaction still wait
+# in SQLite's busy handler. A writer waits up to the ``timeout`` option for this process's
+# queue, then, if another process holds the file, up to ``timeout`` again in SQLite's; both
+# end in the same ``database is locked`` error.
+
+_guard = threading.Lock()
+_writers: dict[str, threading.Lock] = {}
+
+
+def writer_lock(name: str) -> threading.Lock:
+    """The process's lock for the SQLite file ``name`` (a real path)."""
+    with _guard:
+        lock = _writers.get(name)
+        if lock is None:
+            lock = _writers[name] = threading.Lock()
+        return lock
+
+
+def _forget_locks() -> None:
+    # A child of fork() has only the forking thread: a lock another thread
+    # held at the fork would never be released there.
+    global _guard
+    _guard = threading.Lock()
+    _writers.clear()
+
+
+os.register_at_fork(after_in_child=_forget_locks)
+
+
+def _release(held: list) -> None:
+    lock, held[0] = held[0], None
+    if lock is not None:
+        lock.release()
+
+
+class QueuedWritersSQLiteWrapper(sqlite_base.DatabaseWrapper):
+    """Django's SQLite ``DatabaseWrapper``; its transactions first queue on the file's lock."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # The lock this connection holds, if any. A wrapper dropped mid-transaction
+        # (its thread died, say) gives it back when collected: SQLite's lock goes
+        # with the connection, and ours must not outlive it.
+        self._held: list = [None]
+        weakref.finalize(self, _release, self._held)
+        # (the NAME it was worked out for, the file key of its queue or None)
+        self._queue: tuple[object, str | None] = (None, None)
+
+    def _queued(self) -> str | None:
+        """The file whose writer queue this connection's transactions join, if any."""
+        name = self.settings_dict["NAME"]
+        if self._queue[0] != name:  # Django's test runner renames the database after start-up
+            mode = self.settings_dict["OPTIONS"].get("transaction_mode")
+            queued = (mode or "").upper() in {"IMMEDIATE", "EXCLUSIVE"}
+            # An in-memory database is private to its connection (or, shared, never a
+            # file another process writes): nothing to queue for.
+            key = os.path.realpath(name) if queued and not self.is_in_memory_db() else None
+            self._queue = (name, key)
+        return self._queue[1]
+
+    def _start_transaction_under_autocommit(self):
+        name = self._queued()
+        if name is None:
+            return super()._start_transaction_under_autocommit()
+        lock = writer_lock(name)
+        timeout = float(self.settings_dict["OPTIONS"].get("timeout", 5))
+        if not lock.acquire(timeout=timeout):
+            raise OperationalError("database is locked")
+        self._held[0] = lock
+        try:
+            super()._start_transaction_under_autocommit()
+        except BaseException:
+            _release(self._held)
+            raise
+
+    def _commit(self):
+        result = super()._commit()
+        _release(self._held)  # a failed COMMIT leaves the transaction open: rollback releases
+        return result
+
+    def _rollback(self):
+        try:
+            return super()._rollback()
+        finally:
+            _release(self._held)
+
+    def _close(self):
+        try:
+            return super()._close()
+        finally:
+            _release(self._held)
+
+    def _set_autocommit(self, autocommit):
+        super()._set_autocommit(autocommit)
+        if autocommit:  # sqlite3 commits an open transaction when autocommit comes back
+            _release(self._held)
