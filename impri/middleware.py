@@ -1,11 +1,10 @@
 from __future__ import annotations
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpResponseBadRequest, JsonResponse
 from django.middleware.security import SecurityMiddleware
+
 from plumbing.middleware import DualModeMiddleware, too_large_response
-from whitenoise.middleware import WhiteNoiseMiddleware
 
 
 class BodySizeLimitMiddleware(DualModeMiddleware):
@@ -24,30 +23,6 @@ class BodySizeLimitMiddleware(DualModeMiddleware):
         if length > limit:
             return too_large_response(limit)
         return None
-
-
-class StaticFilesMiddleware(DualModeMiddleware):
-    """WhiteNoise, async-capable: a static file is served from a thread, the rest stays async."""
-
-    def __init__(self, get_response):
-        super().__init__(get_response)
-        self.whitenoise = WhiteNoiseMiddleware(get_response)
-
-    def _static_file(self, request):
-        if self.whitenoise.autorefresh:
-            return self.whitenoise.find_file(request.path_info)
-        return self.whitenoise.files.get(request.path_info)
-
-    def before(self, request):
-        static_file = self._static_file(request)
-        return None if static_file is None else self.whitenoise.serve(static_file, request)
-
-    async def _acall(self, request):
-        static_file = self._static_file(request)
-        if static_file is not None:
-            serve = sync_to_async(self.whitenoise.serve, thread_sensitive=False)
-            return await serve(static_file, request)
-        return await self.get_response(request)
 
 
 class ApiSecurityMiddleware(DualModeMiddleware):

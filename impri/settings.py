@@ -112,7 +112,7 @@ MIDDLEWARE = [
     "impri.middleware.BodySizeLimitMiddleware",
     "impri.middleware.RefuseNulMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    "impri.middleware.StaticFilesMiddleware",  # WhiteNoise, async-capable
+    "whitenoise.middleware.WhiteNoiseMiddleware",  # sync-only; not on the API's stack below
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
