@@ -9,12 +9,14 @@ so a delivery doesn't wait for the next beat.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from django.conf import settings
 from django.contrib.auth.models import Group, User
@@ -24,7 +26,7 @@ from django.db.models import Exists, OuterRef
 
 from plumbing import fallbacks
 
-from .models import Action, GroupNotificationSettings, Notification, WebhookDelivery
+from .models import Action, Notification, WebhookDelivery
 from .presenters import decision_out
 
 logger = logging.getLogger(__name__)
@@ -87,25 +89,64 @@ def enqueue_notifications(action: Action, group: Group, kind: str) -> int:
     return len(channels)
 
 
-def _channel_config(group: Group) -> tuple[bool, GroupNotificationSettings | None, list[str]]:
-    """Whether an active member of the group has an address, the group's settings row, and
-    the registered group channels that reach someone in it: one query."""
-    members = User.objects.filter(groups=OuterRef("pk"), is_active=True).exclude(email="")
-    reach = {f"reaches_{name}": c.reachable() for name, c in GROUP_CHANNELS.items()}
-    found = (
-        Group.objects.filter(pk=group.pk)
-        .select_related("notification_settings")
-        .annotate(has_members=Exists(members), **reach)
-        .first()
-    )
-    if found is None:  # the group is gone
+class _Saved(NamedTuple):
+    """The fields of a group's ``GroupNotificationSettings`` that choose its channels."""
+
+    email_enabled: bool
+    extra_emails: list
+    slack_webhook_url: str
+
+
+SAVED_FIELDS = _Saved._fields
+# A group id no group has: where the real one goes in the compiled statement's parameters.
+_ANY_GROUP = -20250101
+
+
+def _channel_config(group: Group) -> tuple[bool, _Saved | None, list[str]]:
+    """Whether an active member of the group has an address, the group's settings, and
+    the registered group channels that reach someone in it: one statement.
+
+    It runs on every push that reaches a queue: the ORM writes it, once per process
+    and database (``_compiled``); building and compiling it per push cost ~30 times
+    running it (docs/benchmarks.md).
+    """
+    connection = transaction.get_connection()
+    names = tuple(GROUP_CHANNELS)
+    compiler, sql, params, converters = _compiled(connection.alias, names)
+    params = [group.pk if p == _ANY_GROUP and type(p) is int else p for p in params]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:  # the group is gone
         return False, None, []
-    try:
-        saved = found.notification_settings
-    except GroupNotificationSettings.DoesNotExist:
-        saved = None
-    reached = [name for name in GROUP_CHANNELS if getattr(found, f"reaches_{name}")]
-    return found.has_members, saved, reached
+    row = next(iter(compiler.apply_converters([row], converters))) if converters else row
+    has_members, *rest = row
+    reached = [name for name, hit in zip(names, rest[: len(names)], strict=True) if hit]
+    saved_pk, *saved = rest[len(names) :]
+    return bool(has_members), _Saved(*saved) if saved_pk is not None else None, reached
+
+
+@functools.cache
+def _compiled(alias: str, names: tuple[str, ...]):
+    """The statement for any group, compiled by the ORM, with its value converters."""
+    members = User.objects.filter(groups=OuterRef("pk"), is_active=True).exclude(email="")
+    reach = {f"reaches_{name}": GROUP_CHANNELS[name].reachable() for name in names}
+    query = (
+        Group.objects.using(alias)
+        .filter(pk=_ANY_GROUP)
+        .annotate(has_members=Exists(members), **reach)
+        .values_list(
+            "has_members",
+            *reach,
+            "notification_settings__pk",
+            *(f"notification_settings__{field}" for field in SAVED_FIELDS),
+        )
+        .query
+    )
+    compiler = query.get_compiler(alias)
+    sql, params = compiler.as_sql()
+    converters = compiler.get_converters([col for col, _, _ in compiler.select])
+    return compiler, sql, params, converters
 
 
 def kick_on_commit(task_name: str) -> None:
