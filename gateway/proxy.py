@@ -141,9 +141,6 @@ class GatewayServer(ImpriMCPServer):
         super().__init__(**kwargs)
         self.gateway = gateway
 
-    def _tool_input_schema(self, name: str):
-        return None  # the upstream validates its own arguments
-
     async def survey(self) -> tuple[list[pins.ToolState], str]:
         """Ask the upstream and compare with the pins (holding any change); the pins alone
         when it cannot be reached, with the error."""
