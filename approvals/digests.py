@@ -1,10 +1,11 @@
-"""The payload's digest: what a grant, a review and a result are bound to (pure)."""
+"""The payload's digest: what a grant, a review and a result are bound to (pure: no model, so
+the `impri grantkey` commands that import grants run before Django is set up)."""
 
 from __future__ import annotations
 
 import hashlib
 
-from audit.models import canonical_json
+from audit.canonical import canonical_json
 
 
 def payload_sha256(payload: dict) -> str:

@@ -8,6 +8,10 @@ runs two real `impri serve` processes on PostgreSQL.
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -121,6 +125,19 @@ def test_grantkey_new_prints_a_key_that_can_be_given_to_every_process(settings, 
         assert GrantSigningKey.objects.get().source.startswith("IMPRI_GRANT_SIGNING_KEY_FILE=")
     finally:
         grants.forget_keys()
+
+
+@pytest.mark.e2e  # a process of its own: the console script, before Django is set up
+def test_impri_grantkey_new_runs_before_the_settings_with_no_database(tmp_path):
+    """The README's secrets step: no data directory, no database, Django's apps not loaded."""
+    script = Path(sys.executable).parent / "impri"
+    env = {"PATH": os.environ["PATH"], "IMPRI_DATA_DIR": str(tmp_path / "absent")}
+    done = subprocess.run(
+        [str(script), "grantkey", "new"], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    serialization.load_pem_private_key(done.stdout.encode(), password=None)
+    assert not (tmp_path / "absent").exists()
 
 
 @pytest.mark.django_db(transaction=True)  # "published" counts once the publishing commits
