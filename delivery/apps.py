@@ -6,8 +6,16 @@ class DeliveryConfig(AppConfig):
 
     The rows (``Notification``, ``WebhookDelivery``, ``WebhookAttempt``) keep
     their tables in ``approvals``, where they are written in the transaction of
-    the change they announce; this app sends them and prunes them.
+    the change they announce; this app sends them and prunes them, and every other
+    outbox (the Slack app's messages, pushes) through the same loop
+    (``delivery.outboxes``).
     """
 
     name = "delivery"
     verbose_name = "Delivery"
+
+    def ready(self) -> None:
+        from . import notices, outboxes, webhooks
+
+        # The apps above add theirs; the retention's summary lists them in this order.
+        outboxes.register(webhooks.OUTBOX, notices.OUTBOX)

@@ -2,8 +2,10 @@
 
 The services write ``Notification`` rows (one per channel) when an action
 reaches a group, is escalated to it, is still undecided at reminder time, or was
-approved and never reported. :func:`send_due` sends what is due, with the same
-lease, retry and give-up rules as webhooks (see ``approvals.outbox``).
+approved and never reported. Its outbox (``OUTBOX``) sends what is due, with the
+same lease, retry and give-up rules as webhooks (``delivery.outboxes``), on a lane
+of its own: the mail server and each group's Slack hook are destinations, so one
+that does not answer holds up nobody else.
 
 Every message links to the action's page in the inbox and never to anything
 that acts on a GET: mail scanners and link unfurlers open links, and silence
@@ -14,15 +16,12 @@ one line, and Slack's control characters are escaped.
 
 from __future__ import annotations
 
-import logging
 import re
-from collections.abc import Callable
 from datetime import datetime
 
 import httpx
 from django.conf import settings
 from django.core.mail import get_connection, send_mail
-from django.db import connection
 
 from approvals import money as action_money
 from approvals.models import Action, ActionStatus, GroupNotificationSettings, Notification
@@ -31,8 +30,7 @@ from delivery import lanes
 from plumbing import outbound
 
 from . import sending
-
-logger = logging.getLogger(__name__)
+from .outboxes import Attempt, Failed, Outbox, Skip
 
 SUBJECT_PREFIX = "[Impri] "
 
@@ -48,82 +46,29 @@ WAITING_KINDS = (Notification.Kind.NEW, Notification.Kind.ESCALATED, Notificatio
 REPORTED = (ActionStatus.EXECUTED, ActionStatus.FAILED)
 
 
-class Skip(Exception):
-    """Nothing to send for this row; closed as given up, with the reason."""
+def read(due, n: int) -> list:
+    """Email goes through one mail server; each group has its own Slack hook."""
+    rows = due.values_list("pk", "channel", "group_id")[:n]
+    return [
+        (pk, ("email" if channel == Notification.Channel.EMAIL else f"{channel}:{group_id}",))
+        for pk, channel, group_id in rows
+    ]
 
 
-LANE = lanes.Lane("notifications", sending.USER_AGENT)
+def load(pk: int) -> Notification:
+    return Notification.objects.select_related("action__agent", "group").get(pk=pk)
 
 
-def send_due(now: datetime | None = None, limit: int = 50, background: bool = False) -> int:
-    """Send the notifications that are due (at most ``limit``), on a lane of their own.
-
-    Like webhooks (see ``delivery.lanes``): each destination (the mail
-    server, each group's Slack hook) has a fair share of the lane's threads,
-    so one that does not answer holds up nobody else; inline it returns the
-    attempts made, in the background how many rows it handed to the lane.
-    """
-    read_clock = sending.clock(now)
-
-    def read(claimed: list, n: int) -> list:
-        rows = (
-            Notification.objects.due(read_clock())
-            .exclude(pk__in=claimed)
-            .order_by("next_attempt_at", "pk")
-            .values_list("pk", "channel", "group_id")[:n]
-        )
-        # Email goes through one mail server; each group has its own Slack hook.
-        return [
-            (pk, ("email" if channel == Notification.Channel.EMAIL else f"{channel}:{group_id}",))
-            for pk, channel, group_id in rows
-        ]
-
-    def send(pk: int, in_background: bool) -> str:
-        return send_one(LANE.client(), pk, read_clock, connection.close if in_background else None)
-
-    return LANE.sweep(read, send, limit=limit, background=background)
-
-
-def send_one(
-    client: httpx.Client,
-    pk: int,
-    read_clock: Callable[[], datetime],
-    release: Callable[[], None] | None = None,
-) -> str:
-    """Lease one row and make one attempt; an outcome from ``approvals.outbox``."""
-    lease_until = sending.take_lease(Notification, pk, read_clock())
-    if lease_until is None:
-        return sending.BUSY
-    note = Notification.objects.select_related("action__agent", "group").get(pk=pk)
-    try:
-        check_still_relevant(note)
-        if release is not None:
-            group_settings(note)  # read now, before the connection goes back
-            release()
-        if note.channel == Notification.Channel.EMAIL:
-            send_email(note)
-        elif note.channel == Notification.Channel.SLACK:
-            send_slack(client, note)
-        else:
-            raise Skip(f"unknown channel {note.channel!r}")
-    except Skip as skip:
-        Notification.objects.filter(pk=pk, locked_until=lease_until).update(
-            last_error=f"skipped: {skip}", locked_until=None, gave_up_at=read_clock()
-        )
-        logger.info("notification %s skipped: %s", pk, skip)
-        return sending.FAILED
-    except Exception as exc:  # a failed send is retried with backoff, whatever broke
-        error = str(exc) if isinstance(exc, SlackError) else sending.describe(exc)
-        gave_up = sending.record_failure(
-            Notification, pk, lease_until, note.created_at, note.attempts, error, read_clock()
-        )
-        log = logger.error if gave_up else logger.warning
-        log("notification %s (%s to %s) failed: %s", pk, note.channel, note.group, error)
-        # No answer from the mail server or the hook: leave its other messages for next time.
-        no_answer = isinstance(exc, OSError | httpx.TransportError)
-        return sending.UNREACHABLE if no_answer else sending.FAILED
-    sending.record_success(Notification, pk, read_clock())
-    return sending.SENT
+def send(note: Notification, attempt: Attempt) -> None:
+    check_still_relevant(note)
+    group_settings(note)  # read now, before the connection goes back
+    attempt.release()
+    if note.channel == Notification.Channel.EMAIL:
+        send_email(note)
+    elif note.channel == Notification.Channel.SLACK:
+        send_slack(attempt.client, note)
+    else:
+        raise Skip(f"unknown channel {note.channel!r}")
 
 
 def check_still_relevant(note: Notification) -> None:
@@ -305,18 +250,23 @@ def send_slack(client: httpx.Client, note: Notification) -> None:
             "POST", url, json=slack_message(note), timeout=sending.request_timeout_s()
         ) as response:
             if not 200 <= response.status_code < 300:
-                raise SlackError(f"HTTP {response.status_code}: {sending.start_of(response)}")
+                raise Failed(f"HTTP {response.status_code}: {sending.start_of(response)}")
     except outbound.Refused as exc:
         raise Skip(f"refused: {exc}; not sent") from None
 
 
-class SlackError(Exception):
-    pass
-
-
-def send_in_background() -> int:
-    """A background sweep: what the ticker, the Celery task and the lane itself run."""
-    return send_due(background=True)
-
-
-LANE.sweeper = send_in_background
+OUTBOX = Outbox(
+    name="notifications",
+    model=Notification,
+    lane=lanes.Lane("notifications", sending.USER_AGENT),
+    read=read,
+    load=load,
+    send=send,
+    # No answer from the mail server or the hook: leave its other messages for next time.
+    no_answer=(OSError, httpx.TransportError),
+    pruned_as="notifications",
+    listed_when_none=True,
+)
+LANE = OUTBOX.lane
+send_due = OUTBOX.send_due
+send_in_background = OUTBOX.send_in_background

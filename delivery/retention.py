@@ -2,8 +2,9 @@
 
 What goes, once older than the retention:
 
-* webhook deliveries that were delivered or given up, with their attempts;
-* notifications and pushes to reviewers' phones that were delivered or given up;
+* the rows of every registered outbox (``delivery.outboxes``) that were delivered
+  or given up: webhook deliveries with their attempts, notifications, pushes to
+  reviewers' phones (not the Slack app's messages: a row is its message's handle);
 * budget counters of windows that started before the cutoff (a window is an
   hour or a day, so a counter that old is never reserved against again).
 
@@ -23,7 +24,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from approvals.models import Notification, WebhookAttempt, WebhookDelivery
+from . import outboxes
 
 logger = logging.getLogger(__name__)
 
@@ -33,58 +34,44 @@ BATCH = 1000
 def prune(now: datetime | None = None, days: int | None = None, progress=None) -> dict[str, int]:
     """Delete what is older than the retention; returns how many rows of each kind went.
 
+    Every registered outbox (``delivery.outboxes``) that is pruned at all, in the
+    order of registration; an app's outbox is listed only when rows of it went.
     ``progress(deleted, in_all)`` is told after each batch (``impri prune``'s bar).
     """
     days = settings.IMPRI_RETENTION_DAYS if days is None else days
     if not days:
         return {}
     cutoff = (now or timezone.now()) - timedelta(days=days)
-    done = {
-        "webhook_deliveries": 0,
-        "webhook_attempts": 0,
-        "notifications": 0,
-        "budget_counters": 0,
-    }
     finished_before = Q(delivered_at__lt=cutoff) | Q(gave_up_at__lt=cutoff)
+    pruned = [box for box in outboxes.REGISTERED.values() if box.pruned_as]
     if progress is not None:
-        in_all = (
-            WebhookDelivery.objects.filter(finished_before).count()
-            + Notification.objects.filter(finished_before).count()
-        )
+        in_all = sum(box.model.objects.filter(finished_before).count() for box in pruned)
         progress(0, in_all)
-    while ids := list(
-        WebhookDelivery.objects.filter(finished_before).values_list("pk", flat=True)[:BATCH]
-    ):
-        with transaction.atomic():
-            done["webhook_attempts"] += WebhookAttempt.objects.filter(delivery_id__in=ids).delete()[
-                0
-            ]
-            done["webhook_deliveries"] += WebhookDelivery.objects.filter(pk__in=ids).delete()[0]
+    done: dict[str, int] = {}
+    gone = 0
+    for box in pruned:
+        counts = _prune_outbox(box, finished_before)
+        gone += counts[box.pruned_as]
         if progress is not None:
-            progress(done["webhook_deliveries"], in_all)
-    while ids := list(
-        Notification.objects.filter(finished_before).values_list("pk", flat=True)[:BATCH]
-    ):
-        done["notifications"] += Notification.objects.filter(pk__in=ids).delete()[0]
-        if progress is not None:
-            progress(done["webhook_deliveries"] + done["notifications"], in_all)
-    if pushes := _prune_pushes(finished_before):  # webpush's outbox, when there was any
-        done["push_deliveries"] = pushes
+            progress(gone, in_all)
+        if box.listed_when_none or counts[box.pruned_as]:
+            done.update(counts)
     done["budget_counters"] = _prune_budgets(cutoff)
     if any(done.values()):
         logger.info("pruned history older than %d days: %s", days, done)
     return done
 
 
-def _prune_pushes(finished_before: Q) -> int:
-    from webpush.models import PushDelivery
-
-    pruned = 0
-    while ids := list(
-        PushDelivery.objects.filter(finished_before).values_list("pk", flat=True)[:BATCH]
-    ):
-        pruned += PushDelivery.objects.filter(pk__in=ids).delete()[0]
-    return pruned
+def _prune_outbox(box: outboxes.Outbox, finished_before: Q) -> dict[str, int]:
+    """One outbox's finished rows, with the rows that go with them, a batch at a time."""
+    counts = {box.pruned_as: 0} | {name: 0 for name, _, _ in box.pruned_with}
+    rows = box.model.objects
+    while ids := list(rows.filter(finished_before).values_list("pk", flat=True)[:BATCH]):
+        with transaction.atomic():
+            for name, model, key in box.pruned_with:
+                counts[name] += model.objects.filter(**{f"{key}__in": ids}).delete()[0]
+            counts[box.pruned_as] += rows.filter(pk__in=ids).delete()[0]
+    return counts
 
 
 def _prune_budgets(cutoff: datetime) -> int:

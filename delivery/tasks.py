@@ -14,12 +14,12 @@ from . import notices, retention, webhooks
 
 @shared_task
 def deliver_webhooks() -> int:
-    return webhooks.deliver_in_background()
+    return webhooks.OUTBOX.send_in_background()
 
 
 @shared_task
 def send_notifications() -> int:
-    return notices.send_in_background()
+    return notices.OUTBOX.send_in_background()
 
 
 @shared_task

@@ -1,8 +1,8 @@
 """Deliver signed webhooks to agents: the sending side of the ``WebhookDelivery`` outbox.
 
 The services write a ``WebhookDelivery`` row in the transaction of the change it
-announces; :func:`deliver_due` (a Celery task in scaled mode, the in-process
-ticker in embedded mode) sends what is due. Guarantees:
+announces; its outbox (``OUTBOX``, sent by ``delivery.outboxes`` from a Celery task
+in scaled mode, the in-process ticker in embedded mode) sends what is due. Guarantees:
 
 * **Signed per Standard Webhooks**: ``webhook-id`` (the row id, the same on
   every retry), ``webhook-timestamp`` (seconds, at this attempt) and
@@ -19,8 +19,8 @@ ticker in embedded mode) sends what is due. Guarantees:
 * **Retries** with exponential backoff and jitter, for up to a day after the
   row was created; then ``gave_up_at``.
 
-The lease, retry and give-up mechanics are the outbox's (``approvals.outbox``),
-shared with the notifications (``delivery.notices``).
+The lease, retry and give-up mechanics are every outbox's (``delivery.outboxes``,
+``delivery.sending``), shared with the notices, the Slack app's messages and pushes.
 
 Nothing here decides anything about an action: it only reads the outbox row and
 the agent's secret and writes delivery bookkeeping.
@@ -32,37 +32,18 @@ import base64
 import hashlib
 import hmac
 import json
-import logging
 import time
-from collections.abc import Callable
-from datetime import datetime
 from urllib.parse import urlsplit
 
 import httpx
-from django.db import connection, transaction
 from django.utils import timezone
 
 from approvals.models import WebhookAttempt, WebhookDelivery
 from delivery import lanes
 from plumbing import outbound
 
-from .sending import (
-    BUSY,
-    FAILED,
-    SENT,
-    UNREACHABLE,
-    USER_AGENT,
-    clock,
-    describe,
-    is_http_url,
-    record_failure,
-    record_success,
-    request_timeout_s,
-    start_of,
-    take_lease,
-)
-
-logger = logging.getLogger(__name__)
+from .outboxes import Attempt, Failed, GiveUp, Outbox
+from .sending import USER_AGENT, is_http_url, request_timeout_s, start_of
 
 SECRET_PREFIX = "whsec_"
 
@@ -95,8 +76,6 @@ def encode_body(body) -> bytes:
 
 # --- Delivery -----------------------------------------------------------------
 
-LANE = lanes.Lane("webhooks", USER_AGENT)
-
 
 def destination(url: str) -> str:
     """Where a URL goes (scheme, host, port): the unit a receiver's fair share is counted in."""
@@ -107,110 +86,37 @@ def destination(url: str) -> str:
         return url
 
 
-def deliver_due(now: datetime | None = None, limit: int = 50, background: bool = False) -> int:
-    """Send the webhooks that are due (at most ``limit``), a fair share per receiver and agent.
+def read(due, n: int) -> list:
+    """A fair share per receiver and, within one, turns between agents (``delivery.lanes``)."""
+    rows = due.exclude(action__agent_id__in=OUTBOX.lane.saturated("agent:")).values_list(
+        "pk", "url", "action__agent_id"
+    )[:n]
+    return [(pk, (destination(url), f"agent:{agent}")) for pk, url, agent in rows]
 
-    Inline (the default) it sends on this thread and returns the attempts
-    made; in the background (ticker, Celery) it hands rows to the webhook
-    lane's threads and returns how many (see ``delivery.lanes``).
-    Idempotent: with nothing due it reads one query and writes nothing.
+
+def load(pk: str) -> WebhookDelivery:
+    return WebhookDelivery.objects.select_related("action__agent").get(pk=pk)
+
+
+def send(delivery: WebhookDelivery, attempt: Attempt) -> None:
+    """Record the attempt, then POST the signed message (the connection given back meanwhile).
+
+    A destination Impri does not send to (``plumbing.outbound``), a URL that is
+    not http(s) or a message that can't be signed is given up at once, not retried.
     """
-    read_clock = clock(now)
-
-    def read(claimed: list, n: int) -> list:
-        rows = (
-            WebhookDelivery.objects.due(read_clock())
-            .exclude(pk__in=claimed)
-            .exclude(action__agent_id__in=LANE.saturated("agent:"))
-            .order_by("next_attempt_at", "pk")
-            .values_list("pk", "url", "action__agent_id")[:n]
-        )
-        return [(pk, (destination(url), f"agent:{agent}")) for pk, url, agent in rows]
-
-    def send(pk: str, in_background: bool) -> str:
-        release = connection.close if in_background else None
-        return deliver_one(LANE.client(), pk, read_clock, release)
-
-    return LANE.sweep(read, send, limit=limit, background=background)
-
-
-def deliver_one(
-    client: httpx.Client,
-    pk: str,
-    read_clock: Callable[[], datetime],
-    release: Callable[[], None] | None = None,
-) -> str:
-    """Lease one row and make one attempt; BUSY if another worker had it or it is done.
-
-    ``release`` (background sends) gives the database connection back while
-    the request is in flight, so a slow receiver holds no pooled connection.
-    """
-    lease_until = take_lease(WebhookDelivery, pk, read_clock())
-    if lease_until is None:
-        return BUSY
-    delivery = WebhookDelivery.objects.select_related("action__agent").get(pk=pk)
-    attempt = WebhookAttempt.objects.create(delivery=delivery, at=read_clock(), error=NO_OUTCOME)
-    if release is not None:
-        release()
-    began = time.monotonic()
-    sendable = is_http_url(delivery.url)
-    if sendable:
-        status_code, error, unreachable, refused = post(client, delivery)
-    else:
-        status_code, error, unreachable, refused = None, "not an http(s) URL; not sent", False, True
-    duration_ms = int((time.monotonic() - began) * 1000)
-    finished = read_clock()
-    ok = status_code is not None and 200 <= status_code < 300
-    with transaction.atomic():
-        WebhookAttempt.objects.filter(pk=attempt.pk).update(
-            status_code=status_code, error="" if ok else error, duration_ms=duration_ms
-        )
-        if ok:
-            record_success(WebhookDelivery, pk, finished)
-        elif refused:
-            WebhookDelivery.objects.filter(pk=pk, locked_until=lease_until).update(
-                last_error=error, locked_until=None, gave_up_at=finished
-            )
-        elif record_failure(
-            WebhookDelivery,
-            pk,
-            lease_until,
-            delivery.created_at,
-            delivery.attempts,
-            error,
-            finished,
-        ):
-            logger.error(
-                "gave up webhook %s (%s) to %s after %d attempts: %s",
-                pk,
-                delivery.event,
-                delivery.url,
-                delivery.attempts,
-                error,
-            )
-    if ok:
-        return SENT
-    logger.warning("webhook %s to %s failed: %s", pk, delivery.url, error)
-    return UNREACHABLE if unreachable else FAILED
-
-
-def post(client: httpx.Client, delivery: WebhookDelivery) -> tuple[int | None, str, bool, bool]:
-    """POST one message: (status code or None, error text, no answer, refused). Never raises.
-
-    Refused: the destination is one Impri does not send to (``plumbing.outbound``),
-    or the message can't be signed; such a row is given up at once, not retried.
-    """
+    attempt.notes["row"] = WebhookAttempt.objects.create(
+        delivery=delivery, at=attempt.clock(), error=NO_OUTCOME
+    )
+    attempt.release()
+    attempt.began = time.monotonic()
+    if not is_http_url(delivery.url):
+        raise GiveUp("not an http(s) URL; not sent")
     body = encode_body(delivery.body)
     timestamp = int(timezone.now().timestamp())
     try:
         signature = sign(delivery.action.agent.webhook_secret, delivery.id, timestamp, body)
     except ValueError:
-        return (
-            None,
-            "the agent's webhook secret is not a valid whsec_ secret; not sent",
-            False,
-            True,
-        )
+        raise GiveUp("the agent's webhook secret is not a valid whsec_ secret; not sent") from None
     headers = {
         "content-type": "application/json",
         "webhook-id": delivery.id,
@@ -218,25 +124,40 @@ def post(client: httpx.Client, delivery: WebhookDelivery) -> tuple[int | None, s
         "webhook-signature": signature,
     }
     try:
-        with client.stream(
+        with attempt.client.stream(
             "POST", delivery.url, content=body, headers=headers, timeout=request_timeout_s()
         ) as response:
-            if 200 <= response.status_code < 300:
-                return response.status_code, "", False, False
-            error = f"HTTP {response.status_code}: {start_of(response)}"
-            return response.status_code, error, False, False
+            attempt.notes["status_code"] = response.status_code
+            if not 200 <= response.status_code < 300:
+                raise Failed(f"HTTP {response.status_code}: {start_of(response)}")
     except outbound.Refused as exc:
-        return None, f"refused: {exc}; not sent", False, True
-    except httpx.TransportError as exc:
-        return None, describe(exc), True, False
-    except Exception as exc:  # any failure to send is a failed attempt, recorded and retried
-        logger.exception("unexpected error sending webhook %s", delivery.id)
-        return None, describe(exc), False, False
+        raise GiveUp(f"refused: {exc}; not sent") from None
 
 
-def deliver_in_background() -> int:
-    """A background sweep: what the ticker, the Celery task and the lane itself run."""
-    return deliver_due(background=True)
+def finish(delivery: WebhookDelivery, attempt: Attempt, error: str) -> None:
+    """The attempt's outcome, in the transaction that records the row's."""
+    if "row" in attempt.notes:
+        WebhookAttempt.objects.filter(pk=attempt.notes["row"].pk).update(
+            status_code=attempt.notes.get("status_code"),
+            error=error,
+            duration_ms=attempt.duration_ms(),
+        )
 
 
-LANE.sweeper = deliver_in_background
+OUTBOX = Outbox(
+    name="webhooks",
+    model=WebhookDelivery,
+    lane=lanes.Lane("webhooks", USER_AGENT),
+    read=read,
+    load=load,
+    send=send,
+    finish=finish,
+    no_answer=(httpx.TransportError,),
+    pruned_as="webhook_deliveries",
+    listed_when_none=True,
+    pruned_with=(("webhook_attempts", WebhookAttempt, "delivery_id"),),
+)
+LANE = OUTBOX.lane
+# What the tests, the ticker's task and the CLI call: the outbox's sweeps.
+deliver_due = OUTBOX.send_due
+deliver_in_background = OUTBOX.send_in_background

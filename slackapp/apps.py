@@ -8,8 +8,10 @@ class SlackAppConfig(AppConfig):
 
     def ready(self) -> None:
         from approvals.events import action_changed
+        from delivery import outboxes
 
         from . import audit_links, delivery
 
+        outboxes.register(delivery.OUTBOX)
         action_changed.connect(delivery.on_action_changed, dispatch_uid="slackapp-messages")
         audit_links.connect()

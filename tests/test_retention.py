@@ -182,3 +182,31 @@ def test_the_prune_command_says_what_it_removed(agent):
     )
     with pytest.raises(CommandError, match="--days must be at least 1"):
         call_command("prune", "--days", "0")
+
+
+def test_every_registered_outbox_is_pruned_and_an_apps_is_listed_when_rows_went(agent, rita):
+    from delivery import outboxes
+    from webpush.models import PushDelivery, PushSubscription
+
+    pruned = {box.name: box.pruned_as for box in outboxes.REGISTERED.values()}
+    # The Slack app's rows are its messages' handles (a later change updates a message).
+    assert pruned == {
+        "webhooks": "webhook_deliveries",
+        "notifications": "notifications",
+        "slack": "",
+        "push": "push_deliveries",
+    }
+    action = make_action(agent.agent)
+    phone = PushSubscription.objects.create(
+        user=rita.user, endpoint="https://push.example.com/1", p256dh="k", auth="a"
+    )
+    group = Group.objects.get(name="reviewers")
+    old, new = (
+        PushDelivery.objects.create(
+            subscription=phone, action=action, group=group, kind="new", delivered_at=ago(days)
+        )
+        for days in (31, 29)
+    )
+    assert "push_deliveries" not in retention.prune(now=ago(10), days=DAYS)  # none went
+    assert retention.prune(days=DAYS)["push_deliveries"] == 1
+    assert list(PushDelivery.objects.values_list("pk", flat=True)) == [new.pk]

@@ -8,8 +8,11 @@ class WebPushConfig(AppConfig):
 
     def ready(self) -> None:
         from approvals import outbox
+        from delivery import outboxes
 
         from . import delivery
+
+        outboxes.register(delivery.OUTBOX)
 
         # The core writes a group's notices; this app adds its phones as a channel of them.
         outbox.add_group_channel(

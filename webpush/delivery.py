@@ -3,9 +3,9 @@
 Rows are written through ``approvals.outbox.enqueue_notifications`` (this app is a group
 channel there, registered in ``apps.py``) in the transaction of the change they announce
 (an action reaching a group, escalated to it, or a reminder): one per subscription of
-each active member of the group. :func:`send_due` sends what is
-due with the outbox's lease, backoff and give-up (``approvals.outbox``), each push
-service host a destination of ``delivery.lanes``, through the outbound-address guard
+each active member of the group. Its outbox (``OUTBOX``) sends what is due with every
+outbox's lease, backoff and give-up (``delivery.outboxes``), each push service host a
+destination of ``delivery.lanes``, through the outbound-address guard
 (``plumbing.outbound``) like every webhook. A push service's 404 or 410 means the
 browser dropped the subscription: it is removed, with its queued pushes.
 
@@ -19,13 +19,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
-from datetime import datetime
 from urllib.parse import urlsplit
 
 import httpx
 from django.contrib.auth.models import Group
-from django.db import connection
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from pywebpush import WebPusher
@@ -36,13 +33,13 @@ from approvals.models import Action, ActionStatus
 from approvals.presenters import inbox_url, outcome
 from delivery import lanes, sending
 from delivery.notices import one_line
+from delivery.outboxes import Attempt, Failed, GiveUp, Outbox, Skip
 
 from . import keys
 from .models import PushDelivery, PushSubscription
 
 logger = logging.getLogger(__name__)
 
-LANE = lanes.Lane("push", "Impri-Push/1")
 TASK = "webpush.tasks.deliver_pushes"
 # How long a push service keeps a message for a phone that is off (RFC 8030 TTL): a day,
 # the longest an action usually waits; an expired or decided action's push is moot anyway.
@@ -54,14 +51,6 @@ HEADLINES = {
     PushDelivery.Kind.ESCALATED: "Escalated to you",
     PushDelivery.Kind.REMINDER: "Still waiting for you",
 }
-
-
-class Skip(Exception):
-    """Nothing to send for this row (the action moved on); closed as given up."""
-
-
-class PushRefused(Exception):
-    """The push service answered with an error that retrying may fix."""
 
 
 # --- Writing rows, in the change's transaction ------------------------------------------
@@ -140,79 +129,57 @@ def encrypted(subscription: PushSubscription, data: dict) -> tuple[bytes, dict[s
 # --- Sending ----------------------------------------------------------------------------
 
 
-def send_due(now: datetime | None = None, limit: int = 50, background: bool = False) -> int:
-    read_clock = sending.clock(now)
-
-    def read(claimed: list, n: int) -> list:
-        rows = (
-            PushDelivery.objects.due(read_clock())
-            .exclude(pk__in=claimed)
-            .order_by("next_attempt_at", "pk")
-            .values_list("pk", "subscription__endpoint", "subscription__user_id")[:n]
-        )
-        # Each push service host is a destination; turns between reviewers within one.
-        return [
-            (pk, (f"push:{urlsplit(endpoint).hostname}", f"user:{user_id}"))
-            for pk, endpoint, user_id in rows
-        ]
-
-    def send(pk: int, in_background: bool) -> str:
-        return send_one(LANE.client(), pk, read_clock, connection.close if in_background else None)
-
-    return LANE.sweep(read, send, limit=limit, background=background)
+def read(due, n: int) -> list:
+    """Each push service host is a destination; turns between reviewers within one."""
+    rows = due.values_list("pk", "subscription__endpoint", "subscription__user_id")[:n]
+    return [
+        (pk, (f"push:{urlsplit(endpoint).hostname}", f"user:{user_id}"))
+        for pk, endpoint, user_id in rows
+    ]
 
 
-def send_in_background() -> int:
-    return send_due(background=True)
+def load(pk: int) -> PushDelivery:
+    return PushDelivery.objects.select_related("subscription", "action__agent").get(pk=pk)
 
 
-LANE.sweeper = send_in_background
-
-
-def send_one(
-    client: httpx.Client,
-    pk: int,
-    read_clock: Callable[[], datetime],
-    release: Callable[[], None] | None = None,
-) -> str:
-    """Lease one row and make one attempt; an outcome from ``approvals.outbox``."""
-    lease_until = sending.take_lease(PushDelivery, pk, read_clock())
-    if lease_until is None:
-        return sending.BUSY
-    row = PushDelivery.objects.select_related("subscription", "action__agent").get(pk=pk)
+def send(row: PushDelivery, attempt: Attempt) -> None:
     subscription = row.subscription
-    try:
-        check_still_relevant(row)
-        body, headers = encrypted(subscription, message(row))
-        if release is not None:
-            release()  # the database connection goes back during the network call
-        with client.stream(
-            "POST",
-            subscription.endpoint,
-            content=body,
-            headers=headers,
-            timeout=sending.request_timeout_s(),
-        ) as response:
-            if response.status_code in GONE:
-                gone(subscription, response.status_code)
-                return sending.FAILED
-            if not response.is_success:
-                raise PushRefused(f"HTTP {response.status_code}: {sending.start_of(response)}")
-    except Skip as skip:
-        PushDelivery.objects.filter(pk=pk, locked_until=lease_until).update(
-            last_error=f"skipped: {skip}", locked_until=None, gave_up_at=read_clock()
-        )
-        return sending.FAILED
-    except Exception as exc:  # a failed push is retried with backoff, whatever broke
-        error = str(exc) if isinstance(exc, PushRefused) else sending.describe(exc)
-        gave_up = sending.record_failure(
-            PushDelivery, pk, lease_until, row.created_at, row.attempts, error, read_clock()
-        )
-        (logger.error if gave_up else logger.warning)("push %s failed: %s", pk, error)
-        return sending.UNREACHABLE if isinstance(exc, httpx.TransportError) else sending.FAILED
-    sending.record_success(PushDelivery, pk, read_clock())
-    PushSubscription.objects.filter(pk=subscription.pk).update(last_push_at=timezone.now())
-    return sending.SENT
+    check_still_relevant(row)
+    body, headers = encrypted(subscription, message(row))
+    attempt.release()  # the database connection goes back during the network call
+    with attempt.client.stream(
+        "POST",
+        subscription.endpoint,
+        content=body,
+        headers=headers,
+        timeout=sending.request_timeout_s(),
+    ) as response:
+        if response.status_code in GONE:
+            gone(subscription, response.status_code)  # its pushes go with it
+            raise GiveUp(f"the push service answered {response.status_code}")
+        if not response.is_success:
+            raise Failed(f"HTTP {response.status_code}: {sending.start_of(response)}")
+
+
+def sent(row: PushDelivery, lease_until, at) -> None:
+    sending.record_success(PushDelivery, row.pk, at)
+    PushSubscription.objects.filter(pk=row.subscription_id).update(last_push_at=timezone.now())
+
+
+OUTBOX = Outbox(
+    name="push",
+    model=PushDelivery,
+    lane=lanes.Lane("push", "Impri-Push/1"),
+    read=read,
+    load=load,
+    send=send,
+    sent=sent,
+    no_answer=(httpx.TransportError,),
+    pruned_as="push_deliveries",
+)
+LANE = OUTBOX.lane
+send_due = OUTBOX.send_due
+send_in_background = OUTBOX.send_in_background
 
 
 def check_still_relevant(row: PushDelivery) -> None:

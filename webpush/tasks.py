@@ -9,4 +9,4 @@ from . import delivery
 
 @shared_task
 def deliver_pushes() -> int:
-    return delivery.send_in_background()
+    return delivery.OUTBOX.send_in_background()
