@@ -11,12 +11,14 @@ Every message links to the action's page in the inbox and never to anything
 that acts on a GET: mail scanners and link unfurlers open links, and silence
 or a scanner must never count as consent. Text from the agent (title, kind,
 agent name, currency) is untrusted: emails are plain text only, subjects are
-one line, and Slack's control characters are escaped.
+one line. E-mail is sent here; the Slack message (its control characters
+escaped) is the Slack app's, a sender it adds for its channel (``SENDERS``).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import datetime
 
 import httpx
@@ -27,10 +29,9 @@ from approvals import money as action_money
 from approvals.models import Action, ActionStatus, GroupNotificationSettings, Notification
 from approvals.presenters import inbox_url
 from delivery import lanes
-from plumbing import outbound
 
 from . import sending
-from .outboxes import Attempt, Failed, Outbox, Skip
+from .outboxes import Attempt, Outbox, Skip
 
 SUBJECT_PREFIX = "[Impri] "
 
@@ -63,12 +64,10 @@ def send(note: Notification, attempt: Attempt) -> None:
     check_still_relevant(note)
     group_settings(note)  # read now, before the connection goes back
     attempt.release()
-    if note.channel == Notification.Channel.EMAIL:
-        send_email(note)
-    elif note.channel == Notification.Channel.SLACK:
-        send_slack(attempt.client, note)
-    else:
+    sender = SENDERS.get(note.channel)
+    if sender is None:
         raise Skip(f"unknown channel {note.channel!r}")
+    sender(attempt.client, note)
 
 
 def check_still_relevant(note: Notification) -> None:
@@ -194,65 +193,15 @@ def send_email(note: Notification) -> None:
     )
 
 
-# --- Slack ------------------------------------------------------------------------
+# How a notice goes out, by channel: e-mail here; Slack's incoming webhook is the Slack
+# app's (slackapp/notices.py), added in its AppConfig.ready.
+SENDERS: dict[str, Callable[[httpx.Client, Notification], None]] = {
+    Notification.Channel.EMAIL: lambda client, note: send_email(note),
+}
 
 
-def slack_escape(text: str) -> str:
-    """Slack's three control characters; stops links, mentions (<!channel>) and fake markup."""
-    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def slack_message(note: Notification) -> dict:
-    action = note.action
-    link = inbox_url(action)
-    headline = HEADLINES[note.kind]
-    title = slack_escape(one_line(action.title))
-    agent = slack_escape(one_line(action.agent.name, 100))
-    amount = slack_escape(amount_text(action))
-    fields = [f"*Agent*\n{agent}", f"*Kind*\n{slack_escape(one_line(action.kind, 100))}"]
-    if amount:
-        fields.insert(0, f"*Amount*\n{amount}")
-    fields.append(f"*Group*\n{slack_escape(one_line(note.group.name, 150))}")
-    summary = " · ".join(p for p in (title, amount, f"agent {agent}") if p)
-    return {
-        "text": f"{headline}: {summary} <{link}|Open in Impri>",
-        "blocks": [
-            {
-                "type": "section",
-                "text": {"type": "mrkdwn", "text": f"*{headline}*\n<{link}|{title}>"},
-            },
-            {
-                "type": "section",
-                "fields": [{"type": "mrkdwn", "text": f} for f in fields],
-            },
-            {
-                "type": "context",
-                "elements": [
-                    {
-                        "type": "mrkdwn",
-                        "text": f"{slack_escape(situation(note))} "
-                        f"<{link}|Decide in Impri>; there is no approve button here on purpose.",
-                    }
-                ],
-            },
-        ],
-    }
-
-
-def send_slack(client: httpx.Client, note: Notification) -> None:
-    url = group_settings(note).slack_webhook_url
-    if not url:
-        raise Skip(f"{note.group} has no Slack webhook URL")
-    if not sending.is_http_url(url):
-        raise Skip(f"the Slack webhook URL of {note.group} is not an http(s) URL")
-    try:
-        with client.stream(
-            "POST", url, json=slack_message(note), timeout=sending.request_timeout_s()
-        ) as response:
-            if not 200 <= response.status_code < 300:
-                raise Failed(f"HTTP {response.status_code}: {sending.start_of(response)}")
-    except outbound.Refused as exc:
-        raise Skip(f"refused: {exc}; not sent") from None
+def add_channel(channel: str, sender: Callable[[httpx.Client, Notification], None]) -> None:
+    SENDERS[channel] = sender
 
 
 OUTBOX = Outbox(

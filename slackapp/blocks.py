@@ -28,9 +28,10 @@ from approvals import services
 from approvals.models import Action, ActionStatus, Review
 from approvals.presenters import bounds, inbox_url, outcome
 from approvals.schemas import resolve_path
-from delivery.notices import amount_text, one_line, slack_escape, when
+from delivery.notices import amount_text, one_line, when
 
 from . import decisions
+from .notices import slack_escape
 
 # block_id of the buttons: it carries the hash of the payload the message shows, which an
 # approval from it names (the four-eyes check), so a figure changed since is never approved.

@@ -25,9 +25,9 @@ from approvals.errors import ActionNotPending, Forbidden, InvalidInput, StalePay
 from approvals.models import Action
 from approvals.presenters import inbox_url
 from audit import log as audit
-from delivery.notices import slack_escape
 
 from .models import SlackUserLink
+from .notices import slack_escape
 
 logger = logging.getLogger(__name__)
 
