@@ -43,7 +43,7 @@ from django.db import connection
 
 logger = logging.getLogger(__name__)
 
-# Outcomes of one send (delivery.webhooks defines the same names).
+# Outcomes of one send (delivery.sending defines the same names).
 BUSY = "busy"
 UNREACHABLE = "unreachable"
 

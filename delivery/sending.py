@@ -4,8 +4,9 @@ One sender at a time per row (a lease taken with one conditional UPDATE),
 retries with exponential backoff and jitter for up to a day, then
 ``gave_up_at``; a success stays a success whoever holds the lease by then.
 The rows are written by the core (``approvals.outbox``) in the transaction of
-the change they announce; webhooks, e-mail and Slack notices, the Slack app's
-messages and pushes to phones are sent with these.
+the change they announce; the one loop that sends every outbox with these
+(webhooks, notices, the Slack app's messages, pushes to phones) is
+``delivery.outboxes``.
 """
 
 from __future__ import annotations
