@@ -144,10 +144,10 @@ class Outbox:
             outcome = sending.UNREACHABLE if no_answer else sending.FAILED
             if not isinstance(exc, Failed | GiveUp) and not no_answer:
                 logger.warning("%s %s: unexpected error", self.name, pk, exc_info=True)
-        self._record(row, lease_until, attempt, outcome, error, give_up, read_clock())
+        self._settle(row, lease_until, attempt, outcome, error, give_up, read_clock())
         return outcome
 
-    def _record(self, row, lease_until, attempt, outcome, error, give_up, at) -> None:
+    def _settle(self, row, lease_until, attempt, outcome, error, give_up, at) -> None:
         with transaction.atomic():
             if self.finish is not None:
                 self.finish(row, attempt, error)
