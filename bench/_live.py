@@ -73,6 +73,17 @@ def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--redis-dbs", default="10-15", help="database numbers to pick from")
     group.add_argument(
+        "--pg-db",
+        default=None,
+        help="name of the database to create (and drop) for the run; default: a random one",
+    )
+    group.add_argument(
+        "--port",
+        type=int,
+        default=0,
+        help="first port of the serve processes (the next ones follow); default: any free one",
+    )
+    group.add_argument(
         "--server-env",
         action="append",
         default=[],
@@ -81,6 +92,12 @@ def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--keep-logs", action="store_true", help="keep the data dir (process logs) afterwards"
+    )
+    group.add_argument(
+        "--probe",
+        action="store_true",
+        help="load bench/_probe (a sitecustomize) into the Impri processes: per-wake events"
+        " (push or re-read), publish and layer timings, event-loop lag, in the data dir",
     )
     group.add_argument(
         "--impri",
@@ -334,6 +351,9 @@ class Stack:
         env: dict[str, str] | None = None,
         keep_logs: bool = False,
         impri: str | None = None,
+        probe: bool = False,
+        pg_db: str | None = None,
+        port: int = 0,
     ):
         self.db = db
         self.n_servers = servers
@@ -342,6 +362,7 @@ class Stack:
         self.redis_base = redis_url.rstrip("/")
         self.redis_dbs = redis_dbs
         self.extra_env = dict(env or {})
+        self.pg_db, self.first_port = pg_db, port
         # The command every Impri process is started with: an installed ``impri`` (as users
         # run it), or this source tree's ``python -m impri``.
         self.command = [impri] if impri else [sys.executable, "-m", "impri"]
@@ -363,6 +384,15 @@ class Stack:
         )
         if not impri:
             self.env["PYTHONPATH"] = str(ROOT)
+        self.probe_dir: Path | None = None
+        if probe:
+            # bench/_probe/sitecustomize.py: loaded by every Impri process at start.
+            self.probe_dir = self.data_dir / "probe"
+            self.probe_dir.mkdir()
+            self.env["IMPRI_BENCH_PROBE_DIR"] = str(self.probe_dir)
+            self.env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (str(ROOT / "bench" / "_probe"), self.env.get("PYTHONPATH")) if p
+            )
         require_loopback(self.pg_url, "--pg-url")
         require_loopback(self.redis_base, "--redis")
 
@@ -377,6 +407,9 @@ class Stack:
             env={**env, **parse_env(args.server_env)},
             keep_logs=args.keep_logs,
             impri=args.impri,
+            probe=getattr(args, "probe", False),
+            pg_db=args.pg_db,
+            port=args.port,
         )
 
     # --- lifecycle ---------------------------------------------------------------
@@ -401,7 +434,7 @@ class Stack:
         if self.scaled:
             import psycopg
 
-            self.db_name = "impri_bench_" + secrets.token_hex(5)
+            self.db_name = self.pg_db or "impri_bench_" + secrets.token_hex(5)
             with psycopg.connect(self._admin_url(), autocommit=True) as conn:
                 conn.execute(f'CREATE DATABASE "{self.db_name}"')
             self.env["DATABASE_URL"] = f"{self.pg_url}/{self.db_name}"
@@ -409,8 +442,8 @@ class Stack:
             self.env["REDIS_URL"] = f"{self.redis_base}/{self.redis_db}"
         self.env.update(self.extra_env)
         self.impri("migrate", "--no-input", "-v", "0")
-        for _ in range(self.n_servers):
-            port = free_port()
+        for i in range(self.n_servers):
+            port = self.first_port + i if self.first_port else free_port()
             proc = self._spawn(
                 "serve", ["serve", "--port", str(port), "--host", "127.0.0.1", "--no-migrate"]
             )
@@ -578,7 +611,8 @@ class Stack:
         if count <= 3:
             return [self.last_word("createagent", f"{prefix}-{i:05d}") for i in range(count)]
         code = (
-            "from approvals import keys\n"
+            "try:\n    from identity import keys\n"  # its home since the apps were split
+            "except ImportError:\n    from approvals import keys\n"
             f"for i in range({count}):\n"
             f"    agent, raw = keys.create_agent('{prefix}-%05d' % i)\n"
             "    print('BENCHKEY', raw)\n"
@@ -617,6 +651,18 @@ class Stack:
                         if len(first) < limit:
                             first.append(f"{proc.role}: {line[:240]}")
         return {"count": count, "first": first}
+
+    def probe_events(self) -> list[dict]:
+        """Every line the probe wrote (``--probe``), each with the ``pid`` that wrote it."""
+        events = []
+        if self.probe_dir is None:
+            return events
+        for path in sorted(self.probe_dir.glob("probe-*.jsonl")):
+            pid = int(path.stem.split("-")[1])
+            for line in path.read_text().splitlines():
+                with contextlib.suppress(ValueError):
+                    events.append({**json.loads(line), "pid": pid})
+        return events
 
     def alive(self) -> dict[str, bool]:
         return {f"{p.role}-{p.pid}": p.process.poll() is None for p in self.procs}

@@ -42,6 +42,21 @@ diagnostic) and the WARNING/ERROR lines in the servers' logs. ``--json FILE`` wr
 everything, including every sample. The per-key rate limit is off in
 the servers (``IMPRI_RATE_LIMIT_PER_MIN=0``): one reviewer token makes every approval.
 
+Re-polls and where each wake came from (issue 34, docs/benchmarks.md "Wake tail under
+load"): with ``--timeout-s 60`` each wait that answers ``pending`` is sent again at once, as
+agents and MCP clients do; the report counts those re-polls. ``--approver-process`` sends the
+approvals from a process of its own (bench/_approver.py), at the same fixed rate, so the
+latency from each approve request being sent is not the waiters' client's doing.
+``--probe`` loads bench/_probe/sitecustomize.py into the Impri processes: per wake, whether
+the hub's receiver (a channel-layer message: ``push``) or its safety-net re-read woke it
+(``read``: neither, the wait's own read found the decision), when the wake-up message was
+sent, the serving loop's lag, the re-read passes and the group joins and leaves; the report
+splits each wake's path into segments and adds a table by 5 s of approvals. The servers'
+``impri_wakes_total{via=...}`` (``/metrics``) is read before and after the approvals.
+
+    python bench/waiters.py --db postgres --waiters 2000 --timeout-s 60 --decision-rate 20 \
+        --approver-process --probe --json run.json
+
 The run is bounded by ``--deadline`` seconds (default 900) after the pushes start; every
 process started is stopped and the database dropped at the end, on errors too.
 """
@@ -63,6 +78,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._approver import Pace  # noqa: E402
 from bench._live import (  # noqa: E402
     Stack,
     add_stack_arguments,
@@ -76,6 +92,9 @@ from bench._live import (  # noqa: E402
     summary_ms,
     write_json,
 )
+from bench._wakes import attribute, loop_health, scrape_wakes, timeline  # noqa: E402
+
+METRICS_TOKEN = "bench-metrics-token"
 
 
 def refund(i: int) -> dict:
@@ -128,6 +147,7 @@ class Waiter:
         "decision_at",
         "precise",
         "approve_sent",
+        "approve_done",
         "polls",
         "error",
     )
@@ -143,6 +163,7 @@ class Waiter:
         self.decision_at: float | None = None
         self.precise = False
         self.approve_sent: float | None = None
+        self.approve_done: float | None = None
         self.polls = 0
         self.error: str | None = None
 
@@ -184,6 +205,16 @@ class Run:
         self.timings: dict[str, float] = {}
         self.approve_statuses: Counter = Counter()
         self.marks: dict[str, dict] = {}
+        self.repolls_approving = 0  # waits sent again (after a `pending`) while approvals went on
+        self.repoll_times: list[float] = []  # when each wait was sent again
+        self.metrics_wakes: dict[str, dict | None] = {}
+
+    def count_poll(self, w: Waiter) -> None:
+        if w.polls:
+            self.repoll_times.append(time.time())
+            if self.phase == "approving":
+                self.repolls_approving += 1
+        w.polls += 1
 
     # --- the waiters --------------------------------------------------------------
 
@@ -218,7 +249,7 @@ class Run:
                     self.mark_sent(w)
 
             while True:
-                w.polls += 1
+                self.count_poll(w)
                 response = await client.get(
                     f"{base}/actions/{w.action_id}/decision",
                     params={"timeout_s": self.args.timeout_s},
@@ -272,7 +303,7 @@ class Run:
                 w.push_status = 201
                 w.action_id = pushed.structured_content["action_id"]
                 while True:
-                    w.polls += 1
+                    self.count_poll(w)
                     call = client.call_tool(
                         "impri_await_decision",
                         {"action_id": w.action_id, "timeout_s": self.args.timeout_s},
@@ -314,28 +345,20 @@ class Run:
         todo = [w for w in self.waiters if w.action_id and not w.done]
         if self.args.shuffle:
             random.Random(7).shuffle(todo)
+        if self.args.approver_process:
+            return await self.approve_from_process(todo)
         queue: asyncio.Queue[Waiter] = asyncio.Queue()
         for w in todo:
             queue.put_nowait(w)
         headers = {"Authorization": f"Bearer {self.rita}"}
         n = len(self.urls)
 
-        rate = self.args.decision_rate
-        started = time.monotonic()
-        issued = 0
+        pace = Pace(self.args.decision_rate)
 
         async def approver() -> None:
-            nonlocal issued
-            while True:
-                try:
-                    w = queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    return
-                if rate:
-                    # Paced like a team of reviewers: the n-th decision is sent at n / rate.
-                    due = started + issued / rate
-                    issued += 1
-                    await asyncio.sleep(max(0.0, due - time.monotonic()))
+            while not queue.empty():
+                w = queue.get_nowait()
+                await pace.turn()
                 # With two servers, decide on the other one: the wake crosses processes.
                 url = self.urls[(w.server + 1) % n]
                 w.approve_sent = time.time()
@@ -345,6 +368,7 @@ class Run:
                         json={"note": "bench"},
                         headers=headers,
                     )
+                    w.approve_done = time.time()
                     self.approve_statuses[response.status_code] += 1
                     if response.status_code != 200:
                         self.errors[f"approve {response.status_code}"] += 1
@@ -353,6 +377,43 @@ class Run:
                     self.errors[f"approve {type(exc).__name__}"] += 1
 
         await asyncio.gather(*(approver() for _ in range(self.args.approvers)))
+
+    async def approve_from_process(self, todo: list[Waiter]) -> None:
+        """The same approvals, paced the same way, sent by bench/_approver.py in a process of
+        its own; each approval's send time comes back from it (same clock)."""
+        n = len(self.urls)
+        workdir = Path(self.stack.data_dir)
+        jobs, results = workdir / "approve-jobs.json", workdir / "approve-results.json"
+        spec = {
+            "token": self.rita,
+            "rate": self.args.decision_rate,
+            "approvers": self.args.approvers,
+            "jobs": [[self.urls[(w.server + 1) % n], w.action_id] for w in todo],
+        }
+        jobs.write_text(json.dumps(spec))
+        script = Path(__file__).resolve().parent / "_approver.py"
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, str(script), str(jobs), str(results)
+        )
+        try:
+            await child.wait()
+        finally:
+            if child.returncode is None:
+                child.kill()
+                await child.wait()
+        if child.returncode:
+            self.errors[f"approver exited {child.returncode}"] += 1
+            return
+        by_id = json.loads(results.read_text())
+        for w in todo:
+            sent, done, status = by_id.get(w.action_id, (None, None, "not sent"))
+            w.approve_sent, w.approve_done = sent, done
+            self.approve_statuses[status] += 1
+            if status != 200:
+                self.errors[f"approve {status}"] += 1
+
+    def scrape(self, name: str) -> None:
+        self.metrics_wakes[name] = scrape_wakes(self.urls, METRICS_TOKEN)
 
     # --- the run ----------------------------------------------------------------------
 
@@ -398,6 +459,7 @@ class Run:
             self.samples["waiting"].append(await self.mark("settled"))
             self.samples["waiting"][-1]["waiting_now"] = sum(1 for w in self.waiters if not w.done)
             self.timings["early_returns"] = sum(1 for w in self.waiters if w.done)
+            await asyncio.to_thread(self.scrape, "before_approvals")
             self.phase = "approving"
             approve_started = time.monotonic()
             await asyncio.wait_for(
@@ -416,6 +478,7 @@ class Run:
                     self.errors["not woken"] += 1
             await asyncio.gather(*pending, return_exceptions=True)
             await self.mark("woken")
+            await asyncio.to_thread(self.scrape, "after_wakes")
         finally:
             self.phase = None
             stop_sampling.set()
@@ -521,8 +584,47 @@ class Run:
             "machine": machine(),
             "samples": self.samples,
         }
+        result.update(self.wake_paths(woken))
         self.print_report(result)
         return result
+
+    def wake_paths(self, woken: list[Waiter]) -> dict:
+        """Re-polls, the approve requests' own time, and how each wake came (push or re-read)."""
+        sent = [w.approve_sent for w in woken if w.approve_sent is not None]
+        out = {
+            "repolls": {
+                "total": sum(max(0, w.polls - 1) for w in self.waiters),
+                "after_approvals_began": self.repolls_approving,
+            },
+            "approve_request_ms": summary_ms(
+                [
+                    w.approve_done - w.approve_sent
+                    for w in self.waiters
+                    if w.approve_done and w.approve_sent
+                ]
+            ),
+        }
+        before, after = (
+            self.metrics_wakes.get("before_approvals"),
+            self.metrics_wakes.get("after_wakes"),
+        )
+        if before is not None and after is not None:
+            out["wakes_metric"] = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+        events = self.stack.probe_events()
+        if events and sent:
+            start, end = min(sent), max(w.arrived for w in woken)
+            paths = attribute(self.waiters, events)
+            out["via"] = paths["by_via"]
+            out["segments_ms"] = paths["segments_ms"]
+            out["per_wake"] = paths["per_wake"]
+            out["loop"] = loop_health(
+                [e for e in events if e.get("pid") in self.server_pids()], start, end
+            )
+            out["timeline"] = timeline(paths["per_wake"], events, start, self.repoll_times)
+        return out
+
+    def server_pids(self) -> set[int]:
+        return {proc.pid for proc in self.stack.servers}
 
     def print_report(self, r: dict) -> None:
         idle, last = r["idle"], r["while_waiting"]
@@ -587,7 +689,73 @@ class Run:
                 ),
                 (f"{via} decision requests (incl. re-polls)", fmt(lat["polls"])),
             ]
+        rows += self.path_rows(r)
         print_table(rows, title=f"waiters: {r['command']}")
+        if r.get("timeline"):
+            print(
+                "\nby 5 s of approvals (time the approval was sent): wakes, via re-read / own read,"
+                " re-polls sent, group joins, loop lag, ms from approve sent"
+            )
+            print("| from s | wakes | reread | read | re-polls | joins | lag ms | p50 | p99 |")
+            print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+            for t in r["timeline"]:
+                print(
+                    f"| {t['from_s']:.0f} | {t['wakes']} | {t['reread']} | {t['read']} "
+                    f"| {t['repolls']} | {t['joins']} | {t['lag_ms']} | {t['p50_ms']} | {t['p99_ms']} |"
+                )
+
+    @staticmethod
+    def path_rows(r: dict) -> list[tuple[str, str]]:
+        def pct(lat: dict) -> str:
+            return " / ".join(fmt(lat[k]) for k in ("p50", "p90", "p99", "max"))
+
+        rows = [
+            (
+                "re-polls (total; after approvals began)",
+                f"{fmt(r['repolls']['total'])}; {fmt(r['repolls']['after_approvals_began'])}",
+            ),
+            ("approve request ms p50/p90/p99/max", pct(r["approve_request_ms"])),
+        ]
+        if "wakes_metric" in r:
+            rows.append(
+                (
+                    "impri_wakes_total during approvals",
+                    ", ".join(f"{k} {v:,.0f}" for k, v in sorted(r["wakes_metric"].items())),
+                )
+            )
+        for via, lat in r.get("via", {}).items():
+            rows.append(
+                (f"via {via}: n, ms from approve sent p50/p90/p99/max", f"{lat['n']:,}: {pct(lat)}")
+            )
+        for name, lat in r.get("segments_ms", {}).items():
+            rows.append((f"{name} ms p50/p90/p99/max", pct(lat)))
+        loop = r.get("loop")
+        if loop:
+            rows += [
+                (
+                    "serve loop lag >5 ms: events, total s, p99/max ms",
+                    f"{loop['loop_lag_events_over_5ms']}, {loop['loop_lag_s_total']}, "
+                    f"{loop['loop_lag_ms_p99_max'][0]} / {loop['loop_lag_ms_p99_max'][1]}",
+                ),
+                (
+                    "re-read passes (settled found), ms p50/max",
+                    f"{loop['rereads']} ({loop['reread_settled']}), {fmt(loop['reread_ms']['p50'])} / {fmt(loop['reread_ms']['max'])}",
+                ),
+                (
+                    "group joins / leaves, ms p99",
+                    f"{loop['joins']} / {loop['leaves']}, "
+                    f"{fmt(loop['join_ms']['p99'])} / {fmt(loop['leave_ms']['p99'])}",
+                ),
+                (
+                    "wake sends, ms p50/p99/max",
+                    f"{loop['wake_sends']}, {pct(loop['wake_send_ms'])}",
+                ),
+                (
+                    "worst loop lags (s into approvals, ms, lane queues)",
+                    "; ".join(f"{x['at_s']} {x['lag_ms']} {x['q']}" for x in loop["worst_lags"]),
+                ),
+            ]
+        return rows
 
 
 def main() -> int:
@@ -611,6 +779,11 @@ def main() -> int:
         help="decisions a second (paced, as reviewers decide); 0: as fast as --approvers go",
     )
     parser.add_argument("--shuffle", action="store_true", help="approve in random order")
+    parser.add_argument(
+        "--approver-process",
+        action="store_true",
+        help="send the approvals from a process of their own (bench/_approver.py)",
+    )
     parser.add_argument("--sample-every", type=float, default=1.0, help="seconds between samples")
     parser.add_argument(
         "--wake-grace", type=float, default=60, help="seconds to wait for wakes after approvals"
@@ -626,7 +799,9 @@ def main() -> int:
     if fd_limit < 2 * (args.waiters + args.mcp) + 200:
         print(f"warning: only {fd_limit} file descriptors", file=sys.stderr)
 
-    with Stack.from_args(args, IMPRI_RATE_LIMIT_PER_MIN="0") as stack:
+    with Stack.from_args(
+        args, IMPRI_RATE_LIMIT_PER_MIN="0", IMPRI_METRICS_TOKEN=METRICS_TOKEN
+    ) as stack:
         print(f"creating {args.waiters + args.mcp} agents …", flush=True)
         keys = stack.create_agents(args.waiters + args.mcp)
         rita = stack.create_reviewer()
