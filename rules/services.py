@@ -55,14 +55,7 @@ def current_rules() -> LoadedRules:
     rules and reloads only when it changes.
     """
     global _loaded
-    # Plain SQL: every push runs this read, and the ORM's compilation costs more than it.
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT version, revision FROM {connection.ops.quote_name(RuleSet._meta.db_table)}"
-            " WHERE id = 1"
-        )
-        row = cursor.fetchone()
-    version, revision = row or (0, "")
+    version, revision = _revision()
     cached = _loaded
     if revision and cached is not None and cached[0] == revision:
         return cached[1]
@@ -72,6 +65,23 @@ def current_rules() -> LoadedRules:
     )
     _loaded = (revision, loaded) if revision else None
     return loaded
+
+
+def _revision() -> tuple[int, str]:
+    """The rule set's version and revision, ``(0, "")`` before the first change.
+
+    Plain SQL, kept because it measured: every push runs this read, and its ORM twin
+    (``RuleSet.objects.filter(pk=1).values_list("version", "revision").first()``) cost
+    about a tenth of a push in CPU (docs/benchmarks.md, "Hand-written SQL and the ORM";
+    tests/test_hand_sql.py runs both on the same row).
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT version, revision FROM {connection.ops.quote_name(RuleSet._meta.db_table)}"
+            " WHERE id = 1"
+        )
+        row = cursor.fetchone()
+    return (row[0], row[1]) if row else (0, "")
 
 
 # --- YAML ---------------------------------------------------------------------------
@@ -314,11 +324,12 @@ def reserve_budget(rule_name: str, budget: engine.Budget, action: dict, now: dat
 def _add_within(rule_name: str, scope: str, start: datetime, amount, at_most) -> bool:
     """``total += amount`` on the window's counter if ``total <= at_most``; whether it was.
 
-    The ORM's ``filter(total__lte=…).update(total=F("total") + amount)`` as plain SQL
-    (every auto-approved push runs it, and compiling the ORM's UPDATE cost more than
-    running it: docs/benchmarks.md). The values are prepared by their fields, as the
-    ORM prepares them (SQLite's decimals and datetimes are text, compared by the
-    columns' numeric and date affinity).
+    The ORM's ``filter(total__lte=…).update(total=F("total") + amount)`` as plain SQL,
+    kept because it measured: every auto-approved push runs it, and the ORM's UPDATE
+    cost several times its CPU (docs/benchmarks.md, "Hand-written SQL and the ORM";
+    tests/test_hand_sql.py runs both on the same counters). The values are prepared by
+    their fields, as the ORM prepares them (SQLite's decimals and datetimes are text,
+    compared by the columns' numeric and date affinity).
     """
     conn = transaction.get_connection()
     quote = conn.ops.quote_name

@@ -53,8 +53,8 @@ def test_a_push_runs_a_bounded_number_of_statements(agent, amount):
     assert len(sql) <= 9, "\n".join(sql)
 
 
-def test_the_plain_insert_stores_what_the_push_built(agent, db):
-    """The push writes its action with one plain INSERT: read back, every field is as built."""
+def test_the_insert_stores_what_the_push_built(agent, db):
+    """The push writes its action with one INSERT: read back, every field is as built."""
     from approvals import services
     from approvals.models import Action
     from approvals.schemas import ActionIn

@@ -20,7 +20,7 @@ from rules import services as rule_services
 from rules.bounds import effective_bounds
 from rules.money import ijson_problem
 
-from .. import events, money, outbox, rows
+from .. import events, money, outbox
 from ..errors import IdempotencyConflict, InvalidInput
 from ..models import Action, ActionStatus, Agent, Notification
 from ..schemas import ActionIn
@@ -83,12 +83,14 @@ def push_action(
     return action, True
 
 
-# Every push runs the two reads below. They are plain SQL: compiling the ORM's
-# query costs several times more than running it (docs/benchmarks.md, pushes).
-
-
 def _with_key(agent: Agent, key: str) -> Action | None:
-    """The agent's action with this idempotency key, if any (enough of it for ``_replay``)."""
+    """The agent's action with this idempotency key, if any (enough of it for ``_replay``).
+
+    Plain SQL, kept because it measured: every push runs it, and its ORM twin
+    (``Action.objects.filter(agent=…, idempotency_key=…).only(…).first()``) cost
+    more CPU than a tenth of a push (docs/benchmarks.md, "Hand-written SQL and the
+    ORM"). tests/test_hand_sql.py runs both on the same rows.
+    """
     connection = transaction.get_connection()
     quote = connection.ops.quote_name
     with connection.cursor() as cursor:
@@ -106,7 +108,12 @@ def _with_key(agent: Agent, key: str) -> Action | None:
 
 
 def _groups_named(first: str, second: str) -> dict[str, Group]:
-    """The groups of these names that exist, by name."""
+    """The groups of these names that exist, by name.
+
+    Plain SQL, kept because it measured: every push routes through it, and its ORM
+    twin (``Group.objects.filter(name__in=…)``) cost about a twentieth of a push in
+    CPU (docs/benchmarks.md, "Hand-written SQL and the ORM"; tests/test_hand_sql.py).
+    """
     connection = transaction.get_connection()
     quote = connection.ops.quote_name
     with connection.cursor() as cursor:
@@ -114,8 +121,8 @@ def _groups_named(first: str, second: str) -> dict[str, Group]:
             f"SELECT id, name FROM {quote(Group._meta.db_table)} WHERE name IN (%s, %s)",
             [first, second],
         )
-        rows = cursor.fetchall()
-    return {row[1]: Group.from_db(connection.alias, ["id", "name"], row) for row in rows}
+        found = cursor.fetchall()
+    return {row[1]: Group.from_db(connection.alias, ["id", "name"], row) for row in found}
 
 
 def _check_callback(url: str) -> None:
@@ -215,7 +222,9 @@ def _create(
         money.money_paths(action, found=found),
     )
     action.amount_minor, action.amount_currency = money.stored_amount(action, found=found)
-    rows.insert(action)  # save(force_insert=True) without compiling the ORM's INSERT
+    # The ORM's INSERT: as plain SQL it saved 2–4 % of a push, not enough to keep a
+    # second way of writing an action (docs/benchmarks.md, "Hand-written SQL and the ORM").
+    action.save(force_insert=True)
     _audit_push(action, verdict, loaded.version)
     if action.status == ActionStatus.PENDING:
         events.publish_on_commit(action, "action.pushed")
