@@ -17,10 +17,10 @@ float such as ``1.5e300`` back as a 301-digit integer and both must hash alike.
 A payload's numbers are I-JSON (``rules.money.ijson_problem`` refuses an
 integer beyond ±(2^53 − 1) at push and edit), so for every payload this is byte
 for byte RFC 8785: an executor in any language recomputes ``payload_sha256``
-with a JCS library (``tests/test_money_kinds.py`` holds it to the ``rfc8785``
+with a JCS library (``tests/core/test_money_kinds.py`` holds it to the ``rfc8785``
 package). The extension serves context, results and audit data.
 The Python client (``clients/python``, ``impri_client.canonical``) carries the
-same encoding; ``tests/test_client_canonical.py`` holds the two together.
+same encoding; ``tests/agents/test_client_canonical.py`` holds the two together.
 
 Scheme 1 (events written before the change) is plain ``json.dumps`` with
 sorted keys; it is kept only to verify those events.

@@ -11,7 +11,7 @@ since Django empties tables between transactional tests.
 A future migration that remakes either table on SQLite (Django does so for most
 AddField/AlterField there) drops its triggers with the old table: end such a
 migration with ``RunPython`` calling :func:`install` again.
-``tests/test_audit_trail.py`` fails if they are missing after all migrations.
+``tests/audit/test_audit_trail.py`` fails if they are missing after all migrations.
 """
 
 from __future__ import annotations

@@ -104,7 +104,7 @@ class AuditEvent(models.Model):
         + str(seq) + "}"`` is byte for byte ``canonical_json(hashed_fields())``: the
         keys sort as ``action_id, actor_id, actor_ref, actor_type`` < ``at`` <
         ``data, event, scheme`` < ``seq``. PostgreSQL's append (``audit.chain``)
-        fills them in under the lock; ``tests/test_audit_chain_sql.py`` holds the
+        fills them in under the lock; ``tests/audit/test_audit_chain_sql.py`` holds the
         two encodings together.
         """
         if self.scheme != CURRENT_SCHEME:

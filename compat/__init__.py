@@ -3,7 +3,7 @@
 Each module holds the override itself (a copied method, a replaced attribute, a
 private hook), says in its docstring what it overrides, why, what it was
 measured to buy, and exposes ``WRITTEN_FOR``: the distributions and version
-series it was read against. ``tests/test_compat.py`` fails when an installed
+series it was read against. ``tests/project/test_compat.py`` fails when an installed
 version leaves that series, naming the code to re-read before moving the pin.
 
 These modules import the standard library and third-party code only, never

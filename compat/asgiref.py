@@ -9,7 +9,7 @@ its own thread and sees its open transaction, instead of on the pool, where it w
 not. Needed for correctness (a test's or a command's transaction), not speed.
 
 Re-read ``asgiref/sync.py`` (``AsyncToSync.__call__`` and
-``SyncToAsync.__call__``) before moving ``WRITTEN_FOR`` (``tests/test_compat.py``).
+``SyncToAsync.__call__``) before moving ``WRITTEN_FOR`` (``tests/project/test_compat.py``).
 """
 
 from __future__ import annotations

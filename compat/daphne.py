@@ -12,7 +12,7 @@ instead. ``listen_success`` keeps daphne's one duty, recording the address in
 ``daphne.server`` is first imported (a module global, not an API).
 
 Re-read ``daphne/server.py`` (``Server.run``, ``listen_success``, ``listen_error``)
-before moving ``WRITTEN_FOR`` (``tests/test_compat.py``).
+before moving ``WRITTEN_FOR`` (``tests/project/test_compat.py``).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
    ``close_caches``, ``reset_urlconf``) act on the calling thread's connections and
    caches, and a request whose database work runs on other threads opens none on the
    loop's. Kept for that isolation: with Django's ``handle`` an API request waits for
-   a busy shared thread (``tests/test_waiting_hub.py``,
+   a busy shared thread (``tests/core/test_waiting_hub.py``,
    ``test_an_api_call_needs_nothing_from_the_shared_sync_thread``, fails). The CPU it
    saves is under 5 % of a push: 0.16 ms of ~4.9 (docs/benchmarks.md, "Framework
    overrides"). Only sync receivers may be connected to those signals (a coroutine
@@ -29,7 +29,7 @@
    is shorter (docs/benchmarks.md, "Framework overrides"), its CPU the same.
 
 Re-read each against Django's source before moving ``WRITTEN_FOR``
-(``tests/test_compat.py``): ``django/core/handlers/asgi.py`` (``handle``),
+(``tests/project/test_compat.py``): ``django/core/handlers/asgi.py`` (``handle``),
 ``django/core/handlers/base.py`` (``load_middleware``) and
 ``django/db/backends/sqlite3/base.py`` with ``django/db/backends/base/base.py``, and
 ``django/db/transaction.py`` (``Atomic``) with ``django/test/testcases.py`` (``_enter_atomics``).
@@ -55,7 +55,7 @@ WRITTEN_FOR = {"django": "5.2"}
 
 # The upstream code each override copies, calls into or replaces: module:qualname -> the
 # digest of its source as read (compat.source_digest). A change, even in a patch
-# release, fails tests/test_compat.py until the override is read against it again.
+# release, fails tests/project/test_compat.py until the override is read against it again.
 UPSTREAM = {
     "django.core.handlers.asgi:ASGIHandler.handle": "98faeb5bef800331",
     "django.core.handlers.base:BaseHandler.load_middleware": "a1fb7ee5f8586195",

@@ -11,7 +11,7 @@ SSRF guard), not speed.
 
 Re-read ``httpx/_transports/default.py`` (``HTTPTransport.__init__`` and
 ``handle_request``, both use ``self._pool``) before moving ``WRITTEN_FOR``
-(``tests/test_compat.py``).
+(``tests/project/test_compat.py``).
 """
 
 from __future__ import annotations

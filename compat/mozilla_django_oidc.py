@@ -20,7 +20,7 @@ provider is away. So:
 Needed for behaviour (logins while the provider is away), not speed. Re-read
 ``mozilla_django_oidc/auth.py`` (``__init__``, ``retrieve_matching_jwk``,
 ``get_token``, ``get_userinfo``) and ``views.py`` (``OIDCAuthenticationRequestView``)
-before moving ``WRITTEN_FOR`` (``tests/test_compat.py``).
+before moving ``WRITTEN_FOR`` (``tests/project/test_compat.py``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Scaled mode sends each job's task by name on beat's schedule; embedded mode's
 ticker (``impri.ticker``) imports the same task and calls it in-process, on
-the job's loop. ``tests/test_schedule.py`` fails if either runs a job this
+the job's loop. ``tests/project/test_schedule.py`` fails if either runs a job this
 table does not list.
 
 Pure data on purpose: settings.py builds ``CELERY_BEAT_SCHEDULE`` from it, so

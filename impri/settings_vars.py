@@ -5,7 +5,7 @@ would be written in ``.env.example``; empty where the default is computed, e.g. 
 data directory or the process's role), the default as the documentation states it, what
 it means, and which processes read it (``all``: every ``impri`` command). The readers in
 ``impri/settings_env.py`` take their default from here when a call gives none, and
-refuse a name that is not listed; ``tests/test_configuration.py`` fails when the code
+refuse a name that is not listed; ``tests/project/test_configuration.py`` fails when the code
 reads a variable that is not listed here, or one listed here is never read, and when
 docs/configuration.md is not what :func:`markdown` makes of this list
 (``python -m impri.settings_vars > docs/configuration.md`` writes it).

@@ -73,7 +73,7 @@ def _revision() -> tuple[int, str]:
     Plain SQL, kept because it measured: every push runs this read, and its ORM twin
     (``RuleSet.objects.filter(pk=1).values_list("version", "revision").first()``) cost
     about a tenth of a push in CPU (docs/benchmarks.md, "Hand-written SQL and the ORM";
-    tests/test_hand_sql.py runs both on the same row).
+    tests/core/test_hand_sql.py runs both on the same row).
     """
     with connection.cursor() as cursor:
         cursor.execute(
@@ -327,7 +327,7 @@ def _add_within(rule_name: str, scope: str, start: datetime, amount, at_most) ->
     The ORM's ``filter(total__lte=…).update(total=F("total") + amount)`` as plain SQL,
     kept because it measured: every auto-approved push runs it, and the ORM's UPDATE
     cost several times its CPU (docs/benchmarks.md, "Hand-written SQL and the ORM";
-    tests/test_hand_sql.py runs both on the same counters). The values are prepared by
+    tests/core/test_hand_sql.py runs both on the same counters). The values are prepared by
     their fields, as the ORM prepares them (SQLite's decimals and datetimes are text,
     compared by the columns' numeric and date affinity).
     """

@@ -40,7 +40,7 @@ class ImpriAPI(NinjaAPI):
     def get_openapi_operation_id(self, operation) -> str:
         """``approvals_api_<view>``, whichever module holds the route: the ids stay as published.
 
-        Generated clients name their methods after these (``tests/test_openapi.py`` keeps
+        Generated clients name their methods after these (``tests/agents/test_openapi.py`` keeps
         them unique and unchanged).
         """
         return f"approvals_api_{operation.view_func.__name__}"

@@ -4,7 +4,7 @@ REST, MCP, the inbox, admin and background tasks all call these functions.
 Each change runs in one transaction that also appends its audit event, guards
 its transition in SQL (``UPDATE … WHERE status = 'pending'``) so concurrent
 callers get exactly one outcome, and publishes to waiters only after commit.
-Nothing outside this package writes an action's state (tests/test_single_door.py).
+Nothing outside this package writes an action's state (tests/core/test_single_door.py).
 
 | module | holds |
 |---|---|

@@ -89,7 +89,7 @@ def _with_key(agent: Agent, key: str) -> Action | None:
     Plain SQL, kept because it measured: every push runs it, and its ORM twin
     (``Action.objects.filter(agent=…, idempotency_key=…).only(…).first()``) cost
     more CPU than a tenth of a push (docs/benchmarks.md, "Hand-written SQL and the
-    ORM"). tests/test_hand_sql.py runs both on the same rows.
+    ORM"). tests/core/test_hand_sql.py runs both on the same rows.
     """
     connection = transaction.get_connection()
     quote = connection.ops.quote_name
@@ -112,7 +112,7 @@ def _groups_named(first: str, second: str) -> dict[str, Group]:
 
     Plain SQL, kept because it measured: every push routes through it, and its ORM
     twin (``Group.objects.filter(name__in=…)``) cost about a twentieth of a push in
-    CPU (docs/benchmarks.md, "Hand-written SQL and the ORM"; tests/test_hand_sql.py).
+    CPU (docs/benchmarks.md, "Hand-written SQL and the ORM"; tests/core/test_hand_sql.py).
     """
     connection = transaction.get_connection()
     quote = connection.ops.quote_name

@@ -26,7 +26,7 @@ def canonical_json(value: Any) -> bytes:
 
     This MUST match the server's ``approvals.services.payload_sha256`` (see
     DESIGN: hashes are computed over RFC 8785 JSON of the value as stored), and
-    ``tests/test_client_canonical.py`` pushes payloads of many number shapes
+    ``tests/agents/test_client_canonical.py`` pushes payloads of many number shapes
     to a real server and compares the two hashes. Change both or neither.
 
     * Object keys sorted by their UTF-16 code units; no insignificant whitespace.

@@ -1,0 +1,89 @@
+"""A gateway tool's money declaration reaches the action, so every money guard reads it.
+
+The tool moves ``value`` in ``ccy``: names no detector would take for money, so
+only the gateway's declaration (``money:`` in gateways.yaml, passed to
+``push_action``) can hold the call to the Slack ceiling and to edit bounds.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from approvals import services as approvals
+from approvals.errors import ImpriError
+from approvals.models import Action, ActionStatus
+from gateway import config, services
+from gateway.models import Upstream
+from tests.slack.test_slack import (  # noqa: F401  (slack, team: the fixtures, used by name)
+    buttons,
+    click,
+    ephemeral_text,
+    posted_message,
+    slack,
+    team,
+)
+
+GATEWAYS = """
+gateways:
+  - name: psp
+    url: http://127.0.0.1:9/mcp
+    default: deny
+    tools:
+      payout:
+        policy: review
+        editable: [value]
+        money: [{amount: value, currency: ccy}]
+"""
+
+
+@pytest.fixture
+def payout(db):
+    config.replace_all(config.parse_yaml(GATEWAYS), by="test")
+    return Upstream.objects.get(name="psp")
+
+
+def test_a_gated_tool_with_declared_money_meets_the_slack_ceiling_and_its_edit_bounds(
+    agent, settings, payout, request
+):
+    fake_slack, rita = request.getfixturevalue("slack"), request.getfixturevalue("team")
+    settings.IMPRI_SLACK_MAX_APPROVE_CENTS = 50000
+    arguments = {"to": "acct_1", "value": 90000, "ccy": "USD"}
+    action = services.begin(agent.agent, payout, "payout", arguments)
+    assert action.money == [{"amount": "payload.value", "currency": "payload.ccy"}]
+
+    # Above the Slack ceiling: no approve button, and a forged click decides nothing.
+    message = posted_message(fake_slack)
+    assert "approve" not in [e["action_id"] for e in buttons(message)["elements"]]
+    assert click(action, "approve").status_code == 200
+    assert Action.objects.get(pk=action.pk).status == ActionStatus.PENDING
+    assert "the most that may be approved from Slack" in ephemeral_text(fake_slack)
+
+    # Bounded on edit: never above what the agent asked for.
+    with pytest.raises(ImpriError) as raised:
+        approvals.decide(
+            action.pk,
+            by=rita,
+            verdict="approve",
+            edits={"payload.value": 95000},
+            approves_sha256=approvals.payload_sha256(action.payload),
+        )
+    assert raised.value.field == "edits.payload.value"
+    assert Action.objects.get(pk=action.pk).status == ActionStatus.PENDING
+    approved = approvals.decide(
+        action.pk,
+        by=rita,
+        verdict="approve",
+        edits={"payload.value": 40000},
+        approves_sha256=approvals.payload_sha256(action.payload),
+    )
+    assert approved.status == ActionStatus.APPROVED and approved.payload["value"] == 40000
+
+
+def test_a_call_breaking_its_money_declaration_is_refused_naming_the_argument(agent, payout):
+    with pytest.raises(ImpriError) as raised:
+        services.begin(
+            agent.agent, payout, "payout", {"to": "acct_1", "value": 100, "ccy": "dollars"}
+        )
+    assert raised.value.status_code == 422
+    assert "payload.ccy" in f"{raised.value.field} {raised.value.message}"
+    assert not Action.objects.exists()
