@@ -24,6 +24,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 
+from compat.django import CompiledQuery
 from plumbing import fallbacks
 
 from .models import Action, Notification, WebhookDelivery
@@ -112,14 +113,9 @@ def _channel_config(group: Group) -> tuple[bool, _Saved | None, list[str]]:
     """
     connection = transaction.get_connection()
     names = tuple(GROUP_CHANNELS)
-    compiler, sql, params, converters = _compiled(connection.alias, names)
-    params = [group.pk if p == _ANY_GROUP and type(p) is int else p for p in params]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
+    row = _compiled(connection.alias, names).first(connection, group.pk)
     if row is None:  # the group is gone
         return False, None, []
-    row = next(iter(compiler.apply_converters([row], converters))) if converters else row
     has_members, *rest = row
     reached = [name for name, hit in zip(names, rest[: len(names)], strict=True) if hit]
     saved_pk, *saved = rest[len(names) :]
@@ -131,7 +127,7 @@ def _compiled(alias: str, names: tuple[str, ...]):
     """The statement for any group, compiled by the ORM, with its value converters."""
     members = User.objects.filter(groups=OuterRef("pk"), is_active=True).exclude(email="")
     reach = {f"reaches_{name}": GROUP_CHANNELS[name].reachable() for name in names}
-    query = (
+    return CompiledQuery(
         Group.objects.using(alias)
         .filter(pk=_ANY_GROUP)
         .annotate(has_members=Exists(members), **reach)
@@ -140,13 +136,9 @@ def _compiled(alias: str, names: tuple[str, ...]):
             *reach,
             "notification_settings__pk",
             *(f"notification_settings__{field}" for field in SAVED_FIELDS),
-        )
-        .query
+        ),
+        _ANY_GROUP,
     )
-    compiler = query.get_compiler(alias)
-    sql, params = compiler.as_sql()
-    converters = compiler.get_converters([col for col, _, _ in compiler.select])
-    return compiler, sql, params, converters
 
 
 def kick_on_commit(task_name: str) -> None:

@@ -22,7 +22,13 @@
    ``TestCase`` opens around each test, so that a service that forgot its own transaction
    fails under test as in production (``audit.log.record``). Needed for the tests to be
    able to fail, not speed.
-4. ``QueuedWritersSQLiteWrapper`` overrides five private methods of the SQLite backend's
+4. ``CompiledQuery`` keeps a queryset's SQL as Django's compiler wrote it (``as_sql``)
+   with its value converters (``get_converters``, ``apply_converters``), and runs it
+   again with one parameter bound. Building and compiling the ORM's statement for a
+   group's notification channels cost ~30 times running it on every push that reaches a
+   queue (``approvals.outbox``; docs/benchmarks.md, "Hand-written SQL and the ORM");
+   compiled once, it is the ORM's SQL with no SQL written by hand.
+5. ``QueuedWritersSQLiteWrapper`` overrides five private methods of the SQLite backend's
    ``DatabaseWrapper`` (``_start_transaction_under_autocommit``, ``_commit``,
    ``_rollback``, ``_close``, ``_set_autocommit``) to queue a process's transactions on
    a Python lock per file (below). It buys latency, not CPU: at 16 clients a push's p99
@@ -32,7 +38,8 @@ Re-read each against Django's source before moving ``WRITTEN_FOR``
 (``tests/project/test_compat.py``): ``django/core/handlers/asgi.py`` (``handle``),
 ``django/core/handlers/base.py`` (``load_middleware``) and
 ``django/db/backends/sqlite3/base.py`` with ``django/db/backends/base/base.py``, and
-``django/db/transaction.py`` (``Atomic``) with ``django/test/testcases.py`` (``_enter_atomics``).
+``django/db/transaction.py`` (``Atomic``) with ``django/test/testcases.py`` (``_enter_atomics``),
+and ``django/db/models/sql/compiler.py`` (``SQLCompiler``).
 """
 
 from __future__ import annotations
@@ -68,6 +75,9 @@ UPSTREAM = {
     "django.db.backends.sqlite3.base:DatabaseWrapper._set_autocommit": "951168e64a4baa0d",
     "django.db.transaction:Atomic.__enter__": "1cccb72ad29b1ace",
     "django.test.testcases:TestCase._enter_atomics": "4d46a3c8b64374e8",
+    "django.db.models.sql.compiler:SQLCompiler.as_sql": "0f0b77905ec86137",
+    "django.db.models.sql.compiler:SQLCompiler.get_converters": "c6c8c1b71882ee8b",
+    "django.db.models.sql.compiler:SQLCompiler.apply_converters": "c034ce3e5090aa2e",
 }
 
 
@@ -253,3 +263,36 @@ class QueuedWritersSQLiteWrapper(sqlite_base.DatabaseWrapper):
         super()._set_autocommit(autocommit)
         if autocommit:  # sqlite3 commits an open transaction when autocommit comes back
             _release(self._held)
+
+
+class CompiledQuery:
+    """A queryset's statement compiled once by Django's compiler, run again with one value bound.
+
+    ``placeholder`` is a value that stands where each call's value goes (an integer no
+    row has, say); every parameter equal to it, of its type, is replaced on each run. The
+    row comes back through the ORM's own converters, as ``values_list`` would give it.
+    """
+
+    def __init__(self, queryset, placeholder):
+        self.compiler = queryset.query.get_compiler(queryset.db)
+        self.sql, params = self.compiler.as_sql()
+        self.params = list(params)
+        self.slots = [
+            i
+            for i, p in enumerate(self.params)
+            if type(p) is type(placeholder) and p == placeholder
+        ]
+        if not self.slots:
+            raise ValueError("the placeholder is not among the compiled statement's parameters")
+        self.converters = self.compiler.get_converters([col for col, _, _ in self.compiler.select])
+
+    def first(self, connection, value) -> tuple | None:
+        params = list(self.params)
+        for slot in self.slots:
+            params[slot] = value
+        with connection.cursor() as cursor:
+            cursor.execute(self.sql, params)
+            row = cursor.fetchone()
+        if row is None or not self.converters:
+            return row
+        return tuple(next(iter(self.compiler.apply_converters([row], self.converters))))
