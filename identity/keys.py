@@ -145,8 +145,8 @@ def _active_key(key_hash: str) -> ApiKey | None:
     """The unrevoked key with this hash, its agent or user loaded: one plain SQL statement.
 
     Kept as SQL because it measured: every API call and MCP session runs it, and its
-    ORM twin, ``ApiKey.objects.active().select_related("agent", "user")``, cost about
-    a sixth of a push in CPU (docs/benchmarks.md, "Hand-written SQL and the ORM").
+    ORM twin, ``ApiKey.objects.active().select_related("agent", "user")``, cost 14-19 %
+    of a push's CPU (docs/benchmarks.md, "Hand-written SQL and the ORM").
     tests/core/test_hand_sql.py runs both on the same keys; ``approvals.rows`` turns the
     row into instances with the backend's converters, as the ORM would.
     """

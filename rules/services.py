@@ -72,7 +72,7 @@ def _revision() -> tuple[int, str]:
 
     Plain SQL, kept because it measured: every push runs this read, and its ORM twin
     (``RuleSet.objects.filter(pk=1).values_list("version", "revision").first()``) cost
-    about a tenth of a push in CPU (docs/benchmarks.md, "Hand-written SQL and the ORM";
+    5-10 % of a push's CPU (docs/benchmarks.md, "Hand-written SQL and the ORM";
     tests/core/test_hand_sql.py runs both on the same row).
     """
     with connection.cursor() as cursor:

@@ -111,8 +111,8 @@ def _groups_named(first: str, second: str) -> dict[str, Group]:
     """The groups of these names that exist, by name.
 
     Plain SQL, kept because it measured: every push routes through it, and its ORM
-    twin (``Group.objects.filter(name__in=…)``) cost about a twentieth of a push in
-    CPU (docs/benchmarks.md, "Hand-written SQL and the ORM"; tests/core/test_hand_sql.py).
+    twin (``Group.objects.filter(name__in=…)``) cost 4-7 % of a push's CPU
+    (docs/benchmarks.md, "Hand-written SQL and the ORM"; tests/core/test_hand_sql.py).
     """
     connection = transaction.get_connection()
     quote = connection.ops.quote_name
@@ -222,7 +222,7 @@ def _create(
         money.money_paths(action, found=found),
     )
     action.amount_minor, action.amount_currency = money.stored_amount(action, found=found)
-    # The ORM's INSERT: as plain SQL it saved 2–4 % of a push, not enough to keep a
+    # The ORM's INSERT: as plain SQL it saved 1–4 % of a push, not enough to keep a
     # second way of writing an action (docs/benchmarks.md, "Hand-written SQL and the ORM").
     action.save(force_insert=True)
     _audit_push(action, verdict, loaded.version)
