@@ -28,7 +28,13 @@
    group's notification channels cost ~30 times running it on every push that reaches a
    queue (``approvals.outbox``; docs/benchmarks.md, "Hand-written SQL and the ORM");
    compiled once, it is the ORM's SQL with no SQL written by hand.
-5. ``QueuedWritersSQLiteWrapper`` overrides five private methods of the SQLite backend's
+5. ``Columns`` turns the row of a hand-written SELECT back into a model instance as the ORM
+   would: the SELECT list of a model's concrete columns, each value through the backend's
+   and the field's converters (``DatabaseOperations.get_db_converters``,
+   ``Field.get_db_converters``, ``Field.get_col``), then ``Model.from_db``. The key check
+   that every API call makes reads its row so (``identity.keys``; its ORM twin cost
+   14–19 % of a push: docs/benchmarks.md, "Hand-written SQL and the ORM").
+6. ``QueuedWritersSQLiteWrapper`` overrides five private methods of the SQLite backend's
    ``DatabaseWrapper`` (``_start_transaction_under_autocommit``, ``_commit``,
    ``_rollback``, ``_close``, ``_set_autocommit``) to queue a process's transactions on
    a Python lock per file (below). It buys latency, not CPU: at 16 clients a push's p99
@@ -49,12 +55,15 @@ import contextlib
 import os
 import threading
 import weakref
+from functools import cache
 
 from django.conf import settings
 from django.core import signals
 from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
+from django.db import connections
 from django.db.backends.sqlite3 import base as sqlite_base
+from django.db.models import Model
 from django.db.utils import OperationalError
 from django.urls import set_script_prefix
 
@@ -78,6 +87,8 @@ UPSTREAM = {
     "django.db.models.sql.compiler:SQLCompiler.as_sql": "0f0b77905ec86137",
     "django.db.models.sql.compiler:SQLCompiler.get_converters": "c6c8c1b71882ee8b",
     "django.db.models.sql.compiler:SQLCompiler.apply_converters": "c034ce3e5090aa2e",
+    "django.db.models.fields:Field.get_col": "c2b8e9059b77826e",
+    "django.db.models.fields:Field.get_db_converters": "500e7255cd2940d1",
 }
 
 
@@ -296,3 +307,38 @@ class CompiledQuery:
         if row is None or not self.converters:
             return row
         return tuple(next(iter(self.compiler.apply_converters([row], self.converters))))
+
+
+class Columns:
+    """One model's concrete columns, as a SELECT list under a table alias, and back to an instance."""
+
+    def __init__(self, model: type[Model], alias: str, using: str):
+        self.model = model
+        self.using = using
+        connection = connections[using]
+        quote = connection.ops.quote_name
+        fields = model._meta.concrete_fields
+        self.attnames = [field.attname for field in fields]
+        self.sql = ", ".join(f"{alias}.{quote(field.column)}" for field in fields)
+        self._converters = []
+        for index, field in enumerate(fields):
+            column = field.get_col(model._meta.db_table)
+            found = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
+            if found:
+                self._converters.append((index, found, column))
+
+    def __len__(self) -> int:
+        return len(self.attnames)
+
+    def instance(self, values) -> Model:
+        values = list(values)
+        connection = connections[self.using]
+        for index, converters, column in self._converters:
+            for convert in converters:
+                values[index] = convert(values[index], column, connection)
+        return self.model.from_db(self.using, self.attnames, values)
+
+
+@cache
+def columns(model: type[Model], alias: str, using: str = "default") -> Columns:
+    return Columns(model, alias, using)

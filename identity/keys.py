@@ -12,13 +12,13 @@ from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
-from approvals import rows
 from approvals.errors import RateLimited
 from approvals.models import Agent, ApiKey, hash_key, random_base62
 from audit import identity
 from audit import log as audit
 from audit.identity import current_actor
 from audit.models import ActorType
+from compat.django import columns
 from plumbing import fallbacks
 
 SECRET_CHARS = 40  # about 238 bits
@@ -147,15 +147,15 @@ def _active_key(key_hash: str) -> ApiKey | None:
     Kept as SQL because it measured: every API call and MCP session runs it, and its
     ORM twin, ``ApiKey.objects.active().select_related("agent", "user")``, cost 14-19 %
     of a push's CPU (docs/benchmarks.md, "Hand-written SQL and the ORM").
-    tests/core/test_hand_sql.py runs both on the same keys; ``approvals.rows`` turns the
+    tests/core/test_hand_sql.py runs both on the same keys; ``compat.django.columns`` turns the
     row into instances with the backend's converters, as the ORM would.
     """
     connection = transaction.get_connection()
     quote = connection.ops.quote_name
     User = get_user_model()
-    key_cols = rows.columns(ApiKey, "k", connection.alias)
-    agent_cols = rows.columns(Agent, "a", connection.alias)
-    user_cols = rows.columns(User, "u", connection.alias)
+    key_cols = columns(ApiKey, "k", connection.alias)
+    agent_cols = columns(Agent, "a", connection.alias)
+    user_cols = columns(User, "u", connection.alias)
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT {key_cols.sql}, {agent_cols.sql}, {user_cols.sql}"

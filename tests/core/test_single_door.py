@@ -285,7 +285,7 @@ def test_the_services_package_is_where_the_writes_are():
         "Action.objects.create(kind='x')",
         "cursor.execute('UPDATE approvals_action SET status = %s', ['approved'])",
         "Action._default_manager.filter(pk=1).delete()",
-        # What approvals/rows.py and the push's hand-written SQL looked like: unseen before.
+        # What the old approvals/rows.py and the push's hand-written SQL looked like: unseen before.
         "rows.insert(action)",
         "Action.objects.bulk_create([action])",
         "cursor.execute(f'UPDATE {quote(Action._meta.db_table)} SET status = %s', ['x'])",
