@@ -109,7 +109,7 @@ class Stack:
     def fresh_keys(self, agent: str, count: int) -> list[str]:
         """More keys for ``agent``, never used: the first request with one is observable."""
         return self.shell(
-            "import json; from approvals import keys; from approvals.models import Agent; "
+            "import json; from identity import keys; from approvals.models import Agent; "
             f"agent = Agent.objects.get(name={agent!r}); "
             f"print(json.dumps([keys.create_agent_key(agent)[1] for _ in range({count})]))"
         )
