@@ -50,11 +50,14 @@ def attribute(waiters, events: list[dict]) -> dict:
     """Per-wake attribution and the path's segments, from the probe's events."""
     wakes: dict[str, list[dict]] = defaultdict(list)
     sends: dict[str, list[float]] = defaultdict(list)
+    answered: dict[str, list[float]] = defaultdict(list)
     for e in events:
         if e["k"] == "wake" and e.get("why") == "changed":
             wakes[e["a"]].append(e)
         elif e["k"] == "send" and e.get("a"):
             sends[e["a"]].append(e["t"])
+        elif e["k"] == "done":
+            answered[e["a"]].append(e["t"])
     by_via: dict[str, list[float]] = defaultdict(list)
     segments: dict[str, list[float]] = defaultdict(list)
     per_wake = []
@@ -75,7 +78,12 @@ def attribute(waiters, events: list[dict]) -> dict:
         sent = next((t for t in sorted(sends.get(w.action_id, ())) if t >= w.decision_at), None)
         if sent is not None:
             segments["decided_at → message sent"].append(sent - w.decision_at)
+        done = next((t for t in sorted(answered.get(w.action_id, ())) if t >= w.decision_at), None)
+        if done is not None:
+            segments["server has the answer → client has it"].append(w.arrived - done)
         if hub is not None:
+            if done is not None:
+                segments[f"hub woke ({via}) → server has the answer"].append(done - hub["t"])
             if sent is not None and via == "push":
                 segments["message sent → hub woke (push)"].append(hub["t"] - sent)
             segments[f"hub woke ({via}) → client has it"].append(w.arrived - hub["t"])
@@ -136,6 +144,7 @@ def timeline(
     events: list[dict],
     start: float,
     repolls: list[float] = (),
+    client_lags: list[tuple[float, float]] = (),
     bucket: float = 5.0,
 ) -> list:
     """Per ``bucket`` seconds of the approvals: wakes, their p99 from approve sent, re-read
@@ -149,6 +158,7 @@ def timeline(
             "repolls": 0,
             "joins": 0,
             "lag_ms": 0.0,
+            "client_lag_ms": 0.0,
         }
     )
     for w in per_wake:
@@ -161,6 +171,10 @@ def timeline(
         i = int((t - start) // bucket)
         if t >= start and i in rows:
             rows[i]["repolls"] += 1
+    for t, late in client_lags:
+        i = int((t - start) // bucket)
+        if t >= start and i in rows:
+            rows[i]["client_lag_ms"] += late * 1000
     for e in events:
         if e["t"] < start:
             continue
@@ -178,6 +192,7 @@ def timeline(
                 "from_s": i * bucket,
                 **row,
                 "lag_ms": round(row["lag_ms"]),
+                "client_lag_ms": round(row["client_lag_ms"]),
                 "p50_ms": round((percentile(lat, 50) or 0) * 1000, 1),
                 "p99_ms": round((percentile(lat, 99) or 0) * 1000, 1),
             }

@@ -207,6 +207,7 @@ class Run:
         self.marks: dict[str, dict] = {}
         self.repolls_approving = 0  # waits sent again (after a `pending`) while approvals went on
         self.repoll_times: list[float] = []  # when each wait was sent again
+        self.client_lags: list[tuple[float, float]] = []  # (when, seconds late) of this loop
         self.metrics_wakes: dict[str, dict | None] = {}
 
     def count_poll(self, w: Waiter) -> None:
@@ -334,6 +335,16 @@ class Run:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.args.sample_every)
 
+    async def client_lag(self) -> None:
+        """This client's own event loop lag: a wake that arrived late because the client was
+        busy (a burst of re-polls to send) is the client's, not the server's."""
+        while True:
+            before = time.monotonic()
+            await asyncio.sleep(0.01)
+            late = time.monotonic() - before - 0.01
+            if late > 0.005:
+                self.client_lags.append((time.time(), late))
+
     async def mark(self, name: str) -> dict:
         """A sample at a phase boundary (CPU time is reported between marks)."""
         self.marks[name] = sample = await asyncio.to_thread(self.stack.sample)
@@ -435,6 +446,7 @@ class Run:
         client = pool(self.args.approvers + 5)
         stop_sampling = asyncio.Event()
         sampler = asyncio.create_task(self.sampler(stop_sampling))
+        lag_monitor = asyncio.create_task(self.client_lag())
         push_gate = asyncio.Semaphore(self.args.push_concurrency)
         try:
             started = time.monotonic()
@@ -483,6 +495,7 @@ class Run:
             self.phase = None
             stop_sampling.set()
             await sampler
+            lag_monitor.cancel()
             for task in asyncio.all_tasks() - {asyncio.current_task()}:
                 task.cancel()
             for each in [client, *pools]:
@@ -620,7 +633,9 @@ class Run:
             out["loop"] = loop_health(
                 [e for e in events if e.get("pid") in self.server_pids()], start, end
             )
-            out["timeline"] = timeline(paths["per_wake"], events, start, self.repoll_times)
+            out["timeline"] = timeline(
+                paths["per_wake"], events, start, self.repoll_times, self.client_lags
+            )
         return out
 
     def server_pids(self) -> set[int]:
@@ -694,14 +709,19 @@ class Run:
         if r.get("timeline"):
             print(
                 "\nby 5 s of approvals (time the approval was sent): wakes, via re-read / own read,"
-                " re-polls sent, group joins, loop lag, ms from approve sent"
+                " re-polls sent, group joins, serve loop lag, this client's loop lag,"
+                " ms from approve sent"
             )
-            print("| from s | wakes | reread | read | re-polls | joins | lag ms | p50 | p99 |")
-            print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+            print(
+                "| from s | wakes | reread | read | re-polls | joins | lag ms | client lag ms"
+                " | p50 | p99 |"
+            )
+            print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
             for t in r["timeline"]:
                 print(
                     f"| {t['from_s']:.0f} | {t['wakes']} | {t['reread']} | {t['read']} "
-                    f"| {t['repolls']} | {t['joins']} | {t['lag_ms']} | {t['p50_ms']} | {t['p99_ms']} |"
+                    f"| {t['repolls']} | {t['joins']} | {t['lag_ms']} | {t['client_lag_ms']} "
+                    f"| {t['p50_ms']} | {t['p99_ms']} |"
                 )
 
     @staticmethod

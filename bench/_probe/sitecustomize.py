@@ -13,7 +13,9 @@ after-commit publish, and appends one JSON line per event to
   queued for a channel-layer slot when it started);
 - ``reread``: one pass of the safety net (``ids`` watched, ``settled``, its duration);
 - ``join`` / ``leave``: a group_add / group_discard of the hub and how long it took;
-- ``lag``: the serving loop was late by ``lag`` seconds (a 10 ms timer, noted above 5 ms).
+- ``lag``: the serving loop was late by ``lag`` seconds (a 10 ms timer, noted above 5 ms);
+- ``done``: a wait (``approvals.services.await_decision``) returned a settled action: the
+  server has the answer, and what follows is its writing and the client's reading.
 
 Times are ``time.time()`` (the benchmark's clock on the same machine). It changes no
 behaviour: every patched function calls the original. It costs two threads (one
@@ -133,6 +135,18 @@ def _patch_waiting(waiting) -> None:
     waiting.settled_among = probed_settled_among
 
 
+def _patch_services(services) -> None:
+    await_decision = services.await_decision
+
+    async def probed_await_decision(action_id, *args, **kwargs):
+        action = await await_decision(action_id, *args, **kwargs)
+        if action.is_settled:
+            _note("done", a=action_id)
+        return action
+
+    services.await_decision = probed_await_decision
+
+
 def _patch_events(events) -> None:
     send_all = events._send_all
 
@@ -150,15 +164,17 @@ def _patch_events(events) -> None:
 
 
 def _watch_imports() -> None:
-    todo = {"approvals.services.waiting": _patch_waiting, "approvals.events": _patch_events}
+    todo = {
+        "approvals.services.waiting": (_patch_waiting, "await_decision"),
+        "approvals.services": (_patch_services, "__all__"),
+        "approvals.events": (_patch_events, "layer_slot"),
+    }
     while todo:
         for name in list(todo):
             module = sys.modules.get(name)
             # Patch only once the module has finished executing (its last name is bound).
-            if module is not None and hasattr(
-                module, "await_decision" if "waiting" in name else "layer_slot"
-            ):
-                todo.pop(name)(module)
+            if module is not None and hasattr(module, todo[name][1]):
+                todo.pop(name)[0](module)
         time.sleep(0.02)
 
 
