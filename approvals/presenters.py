@@ -13,6 +13,7 @@ from plumbing import public_url
 from . import grants
 from . import money as action_money
 from .bounds import edit_bounds
+from .digests import payload_sha256
 from .models import Action, ActionStatus
 from .money import Amount, Money
 from .schemas import resolve_path
@@ -28,7 +29,8 @@ def _preview(action: Action) -> dict:
 
 
 def unix(moment) -> int | None:
-    """The agent-facing timestamp convention: integer Unix seconds (DESIGN §4)."""
+    """The agent-facing timestamp convention: integer Unix seconds (docs/ARCHITECTURE.md,
+    "Decisions this layout keeps")."""
     return None if moment is None else int(moment.timestamp())
 
 
@@ -50,8 +52,6 @@ def payload_diff(original: dict, approved: dict) -> str:
 
 
 def action_out(action: Action, base_url: str) -> dict:
-    from .services import edit_bounds, payload_sha256  # services → outbox → here: not at import
-
     return {
         "action_id": action.pk,
         "agent": action.agent.name,

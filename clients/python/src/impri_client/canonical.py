@@ -24,8 +24,8 @@ EXACT_INT_LIMIT = 10**21
 def canonical_json(value: Any) -> bytes:
     """RFC 8785 (JSON Canonicalization Scheme) bytes of ``value``, UTF-8.
 
-    This MUST match the server's ``approvals.services.payload_sha256`` (see
-    DESIGN: hashes are computed over RFC 8785 JSON of the value as stored), and
+    This MUST match the server's ``approvals.digests.payload_sha256`` (see the server's
+    docs/ARCHITECTURE.md: hashes are computed over RFC 8785 JSON of the value as stored), and
     ``tests/agents/test_client_canonical.py`` pushes payloads of many number shapes
     to a real server and compares the two hashes. Change both or neither.
 
