@@ -3,6 +3,7 @@
 Before handing over to Django it answers ``--version`` and ``help`` itself
 (Impri's commands first), refuses ``impri mcp`` where there is no database,
 and turns a configuration error into one line on stderr instead of a traceback.
+``impri beat`` runs without Django's apps (:func:`_run_without_apps`).
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ def main(argv: list[str] | None = None) -> None:
     if args in HELP_ARGS:
         print(help_text())
         return
+    if args[:1] == ["beat"]:
+        _run_without_apps(args)
+        return
     if not args or args[0] not in WARN_ON:
         _errors_only_from_checks()
     from django.core.management import execute_from_command_line
@@ -76,6 +80,25 @@ def _load_settings() -> None:
         settings.INSTALLED_APPS  # noqa: B018  (the first access reads impri/settings.py)
     except ImproperlyConfigured as exc:
         _fail(str(exc))
+
+
+def _run_without_apps(args: list[str]) -> None:
+    """``impri beat``: Django's command, without ``django.setup()`` (no app, no model).
+
+    Beat sends the schedule's tasks by name and nothing else (its command says how), so of
+    what ``django.setup()`` does only logging is done here: Impri's ``LOGGING``. Django's
+    defaults under it are for Django's own loggers (requests, an e-mail to ``ADMINS``),
+    which beat never logs to; their e-mail handler alone would import the ORM.
+    """
+    import logging.config
+
+    from django.conf import settings
+
+    from impri.management.commands.beat import Command
+
+    logging.captureWarnings(True)  # as Django's configure_logging does
+    logging.config.dictConfig(settings.LOGGING)
+    Command().run_from_argv(["impri", *args])
 
 
 def _errors_only_from_checks() -> None:

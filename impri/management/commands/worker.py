@@ -32,9 +32,6 @@ def start_background_process(command: str, stderr, loglevel: str | None) -> None
             "warning: impri worker runs as root; run it as an unprivileged user instead "
             "(the image runs as user impri), which also silences Celery's warning about it"
         )
-    from approvals import grants
-
-    grants.publish_at_start()
     # Celery prints its banner to stdout; everything of a background process goes to stderr.
     sys.stdout.flush()
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
@@ -51,6 +48,10 @@ class Command(BaseCommand):
         from plumbing.celery import app
 
         start_background_process("worker", self.stderr, loglevel)
+        from approvals import grants
+
+        # This process signs the grants its webhooks carry (approvals/grants.py); beat signs none.
+        grants.publish_at_start()
         # Threads, not prefork: deliveries already run on Impri's own lanes (delivery.lanes),
         # and Celery's Django fixup closes the psycopg pool after every prefork task, under
         # the lanes' feet ("pool has already been opened/closed").

@@ -1,0 +1,155 @@
+"""`impri beat` sends the schedule's tasks by name, without Django's apps.
+
+Beat puts timed messages on the broker and nothing else: it imports no model, no task
+module and no MCP SDK, publishes no grant key and never connects to the database
+(docs/benchmarks.md, "The scaled stack's idle footprint").
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+from django.conf import settings
+
+from impri import schedule
+from impri.management.commands.beat import beat_app
+
+ROOT = Path(__file__).resolve().parents[2]
+# Loaded by the apps, never needed to send a message by name.
+NOT_IN_BEAT = (
+    "django.db.models",
+    "django.contrib.admin",
+    "approvals.models",
+    "approvals.grants",
+    "approvals.tasks",
+    "delivery.tasks",
+    "mcp",
+    "ninja",
+    "pydantic",
+    "twisted",
+    "daphne",
+    "psycopg",
+)
+
+
+def clean_env(**env: str) -> dict[str, str]:
+    """This process's environment without its Impri configuration, plus ``env``."""
+    kept = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("IMPRI_", "DJANGO_"))
+        and k not in ("SECRET_KEY", "DATABASE_URL", "REDIS_URL")
+    }
+    return {**kept, "PYTHONPATH": str(ROOT), **env}
+
+
+def test_beats_app_knows_the_schedule_and_no_task_module():
+    app = beat_app()
+    assert app.conf.beat_schedule == settings.CELERY_BEAT_SCHEDULE
+    assert app.conf.broker_url == settings.CELERY_BROKER_URL
+    assert app.conf.broker_transport_options == settings.CELERY_BROKER_TRANSPORT_OPTIONS
+    assert not app.fixups  # Celery's Django fix-up would call django.setup() at start
+    assert not app.configured or app.conf.imports == ()  # no task module to import
+
+
+@pytest.mark.e2e  # a process of its own: the console script's path to Celery beat
+def test_beat_starts_without_the_apps_the_database_or_a_grant_key(tmp_path):
+    # Beat stops where its loop would start and writes what it imported. Neither Redis
+    # nor PostgreSQL is reachable: beat touches neither before its first tick.
+    dump = tmp_path / "modules.txt"
+    code = (
+        "import sys, celery.beat\n"
+        "def stop(self, *args, **kwargs):\n"
+        f"    open({str(dump)!r}, 'w').write('\\n'.join(sorted(sys.modules)))\n"
+        "    raise SystemExit(0)\n"
+        "celery.beat.Service.start = stop\n"
+        "from impri.cli import main\n"
+        "main(['beat'])\n"
+    )
+    env = clean_env(
+        IMPRI_DATA_DIR=str(tmp_path / "data"),
+        IMPRI_PROCESS_ROLE="beat",
+        REDIS_URL="redis://127.0.0.1:1/0",
+        DATABASE_URL="postgres://impri@127.0.0.1:1/impri",
+        SECRET_KEY="beat-test",
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith(
+        "Impri beat: data directory "
+        f"{tmp_path / 'data'}; database PostgreSQL impri@127.0.0.1:1/impri; channel layer Redis"
+    ), done.stderr
+    assert "grant signing key" not in done.stderr
+    loaded = set(dump.read_text().split())
+    assert "celery.apps.beat" in loaded
+    assert [name for name in NOT_IN_BEAT if name in loaded] == []
+    assert not (tmp_path / "data" / "grant-keys").exists()
+
+
+def _beats_redis() -> str | None:
+    """REDIS_URL's server, the database after REDIS_URL's: a queue no worker of the suite reads."""
+    url = os.environ.get("REDIS_URL")
+    if not url:
+        return None
+    parts = urlsplit(url)
+    number = (int(parts.path.strip("/") or 0) + 1) % 16
+    return urlunsplit(parts._replace(path=f"/{number}"))
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="impri beat needs REDIS_URL")
+def test_beat_sends_due_tasks_by_name_to_the_broker(tmp_path):
+    import redis
+
+    url = _beats_redis()
+    broker = redis.Redis.from_url(url)
+    if broker.dbsize():
+        pytest.skip(f"{url} is not empty")
+    beat = subprocess.Popen(
+        [sys.executable, "-m", "impri", "beat"],
+        env=clean_env(
+            IMPRI_DATA_DIR=str(tmp_path),
+            REDIS_URL=url,
+            IMPRI_TICK_S="0.5",
+            IMPRI_LOG_LEVEL="WARNING",
+        ),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        sent: set[str] = set()
+        due = {job.task for job in schedule.JOBS if job.every == "IMPRI_TICK_S"}
+        while not due <= sent and time.monotonic() < deadline and beat.poll() is None:
+            for raw in broker.lrange("celery", 0, -1):
+                message = json.loads(raw)
+                sent.add(message["headers"]["task"])
+                assert json.loads(base64.b64decode(message["body"]))[:2] == [[], {}]
+            time.sleep(0.2)
+        assert due <= sent, (sent, beat.poll())
+        assert sent <= {job.task for job in schedule.JOBS}
+    finally:
+        if beat.poll() is None:
+            os.killpg(beat.pid, signal.SIGTERM)
+        out = beat.communicate(timeout=30)[0].decode(errors="replace")
+        broker.flushdb()
+    assert "Traceback" not in out, out
+    assert (tmp_path / "celerybeat-schedule").exists() or list(tmp_path.glob("celerybeat-*"))
