@@ -25,6 +25,8 @@ import hashlib
 from django.db import transaction
 from django.utils import timezone
 
+from compat.django import prepared_cursor
+
 from .models import AuditEvent, ChainHead, canonical_json, format_at
 
 
@@ -63,7 +65,7 @@ def _append_in_database(connection, entries: list[AuditEvent]) -> None:
             }
         )
     data = AuditEvent._meta.get_field("data")
-    with connection.cursor() as cursor:
+    with prepared_cursor(connection) as cursor:
         cursor.execute(
             "SELECT out_seq, out_at, out_prev_hash, out_hash FROM impri_audit_append(%s::jsonb)"
             " ORDER BY out_seq",

@@ -34,7 +34,18 @@
    ``Field.get_db_converters``, ``Field.get_col``), then ``Model.from_db``. The key check
    that every API call makes reads its row so (``identity.keys``; its ORM twin cost
    14–19 % of a push: docs/benchmarks.md, "Hand-written SQL and the ORM").
-6. ``QueuedWritersSQLiteWrapper`` overrides five private methods of the SQLite backend's
+6. ``prepared_cursor`` gives a Django cursor (the debug wrapper, the error wrapping, the
+   timezone of ``create_cursor``) over a psycopg cursor that binds on the server and
+   prepares each statement on its connection the first time it runs there. Django's
+   PostgreSQL cursors bind on the client, so the server parses and plans every statement
+   every time; for the few statements each push runs by hand, planning measured as
+   much as running them (0.1-0.6 ms each on the benchmark VM: docs/benchmarks.md, "A
+   push near the floor"). A prepared statement is planned a few times, then PostgreSQL
+   keeps its generic plan. It builds what ``BaseDatabaseWrapper._cursor`` builds, from
+   ``create_cursor``'s timezone check and ``_prepare_cursor``; SQLite gets its own cursor.
+   ``preparing`` does the same for the statements the ORM writes in a block (the push's
+   ``INSERT``), by giving the connection that ``create_cursor`` for the block's duration.
+7. ``QueuedWritersSQLiteWrapper`` overrides five private methods of the SQLite backend's
    ``DatabaseWrapper`` (``_start_transaction_under_autocommit``, ``_commit``,
    ``_rollback``, ``_close``, ``_set_autocommit``) to queue a process's transactions on
    a Python lock per file (below). It buys latency, not CPU: at 16 clients a push's p99
@@ -45,7 +56,10 @@ Re-read each against Django's source before moving ``WRITTEN_FOR``
 ``django/core/handlers/base.py`` (``load_middleware``) and
 ``django/db/backends/sqlite3/base.py`` with ``django/db/backends/base/base.py``, and
 ``django/db/transaction.py`` (``Atomic``) with ``django/test/testcases.py`` (``_enter_atomics``),
-and ``django/db/models/sql/compiler.py`` (``SQLCompiler``).
+and ``django/db/models/sql/compiler.py`` (``SQLCompiler``), and
+``django/db/backends/postgresql/base.py`` (``create_cursor``, ``ServerBindingCursor``) with
+``BaseDatabaseWrapper._cursor`` and ``_prepare_cursor``, and psycopg's ``_cursor_base.py``
+(``_send_query_prepared``, ``_execute_send``: ``_query``, which Django's debug cursor reads).
 """
 
 from __future__ import annotations
@@ -67,7 +81,7 @@ from django.db.models import Model
 from django.db.utils import OperationalError
 from django.urls import set_script_prefix
 
-WRITTEN_FOR = {"django": "5.2"}
+WRITTEN_FOR = {"django": "5.2", "psycopg": "3.3"}
 
 # The upstream code each override copies, calls into or replaces: module:qualname -> the
 # digest of its source as read (compat.source_digest). A change, even in a patch
@@ -89,6 +103,13 @@ UPSTREAM = {
     "django.db.models.sql.compiler:SQLCompiler.apply_converters": "c034ce3e5090aa2e",
     "django.db.models.fields:Field.get_col": "c2b8e9059b77826e",
     "django.db.models.fields:Field.get_db_converters": "500e7255cd2940d1",
+    "django.db.backends.postgresql.base:DatabaseWrapper.create_cursor": "5309d92ffca3e871",
+    "django.db.backends.base.base:BaseDatabaseWrapper._cursor": "bb632516d005185c",
+    "django.db.backends.base.base:BaseDatabaseWrapper._prepare_cursor": "92079d0eed95d59d",
+    "django.db.backends.postgresql.base:ServerBindingCursor": "867ab9c95c4165ea",
+    # The PostgreSQL driver's cursor, under prepared_cursor: where it keeps ``_query``.
+    "psycopg._cursor_base:BaseCursor._send_query_prepared": "b93f0ec6a1ac9ed2",
+    "psycopg._cursor_base:BaseCursor._execute_send": "2e4b180e6286fe07",
 }
 
 
@@ -301,7 +322,7 @@ class CompiledQuery:
         params = list(self.params)
         for slot in self.slots:
             params[slot] = value
-        with connection.cursor() as cursor:
+        with prepared_cursor(connection) as cursor:
             cursor.execute(self.sql, params)
             row = cursor.fetchone()
         if row is None or not self.converters:
@@ -342,3 +363,91 @@ class Columns:
 @cache
 def columns(model: type[Model], alias: str, using: str = "default") -> Columns:
     return Columns(model, alias, using)
+
+
+# --- PostgreSQL: the statements every push runs, prepared on their connection -----------
+
+_prepared_class = None
+_NEVER_AUTOMATICALLY = 2**62
+
+
+def _prepared_cursor_class():
+    global _prepared_class
+    if _prepared_class is None:
+        from django.db.backends.postgresql.base import ServerBindingCursor
+
+        class PreparedCursor(ServerBindingCursor):
+            """Binds on the server and prepares every statement it runs (psycopg's ``prepare=True``)."""
+
+            def execute(self, query, params=None, *, prepare=None, binary=None):
+                return super().execute(query, params, prepare=True, binary=binary)
+
+            def _send_query_prepared(self, name, pgq, *, binary=None):
+                # psycopg keeps the statement (``_query``, which Django's debug cursor
+                # logs through ``last_executed_query``) only when it runs it unprepared.
+                self._query = pgq
+                return super()._send_query_prepared(name, pgq, binary=binary)
+
+        _prepared_class = PreparedCursor
+    return _prepared_class
+
+
+def prepared_cursor(connection):
+    """A cursor whose statements are prepared on the connection (PostgreSQL); else the usual one.
+
+    For statements of a fixed text that run on every request, with values bound as
+    parameters: psycopg keeps each connection's prepared statements (an LRU of 100),
+    and PostgreSQL plans one a few times, then keeps its generic plan. One statement per
+    ``execute`` (server-side binding refuses several).
+    """
+    if connection.vendor != "postgresql":
+        return connection.cursor()
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    with connection.wrap_database_errors:
+        cursor = _new_prepared(connection)
+        return connection._prepare_cursor(cursor)
+
+
+@contextlib.contextmanager
+def preparing(connection):
+    """In this block, the connection's unnamed cursors prepare their statements (PostgreSQL).
+
+    For an ORM write whose SQL is the same every time (``Model.save(force_insert=True)``
+    of the same fields): Django still writes the statement, and its debug cursor and
+    ``execute_wrapper`` hooks still see it; only the binding moves to the server. The
+    block must run on the connection's own thread (as every use of a connection does).
+    """
+    if connection.vendor != "postgresql":
+        yield
+        return
+    connection.ensure_connection()
+    own = connection.create_cursor
+
+    def create_cursor(name=None):
+        if name:
+            return own(name)
+        return _new_prepared(connection)
+
+    connection.create_cursor = create_cursor
+    try:
+        yield
+    finally:
+        del connection.create_cursor  # back to the class's
+
+
+def _new_prepared(connection):
+    from django.db.backends.postgresql import base as postgresql
+
+    raw = connection.connection
+    if raw.prepare_threshold is None:
+        # Django leaves psycopg's automatic preparing off (None), which also refuses an
+        # explicit ``prepare=True``. Its own cursors bind on the client and never prepare,
+        # so a threshold nobody reaches turns on only the statements asked for here.
+        raw.prepare_threshold = _NEVER_AUTOMATICALLY
+    cursor = _prepared_cursor_class()(raw)
+    # What create_cursor does for an unnamed cursor after making it.
+    tzloader = raw.adapters.get_loader(postgresql.TIMESTAMPTZ_OID, postgresql.Format.TEXT)
+    if connection.timezone != tzloader.timezone:
+        postgresql.register_tzloader(connection.timezone, cursor)
+    return cursor

@@ -18,7 +18,7 @@ from audit import identity
 from audit import log as audit
 from audit.identity import current_actor
 from audit.models import ActorType
-from compat.django import columns
+from compat.django import columns, prepared_cursor
 from plumbing import fallbacks
 
 SECRET_CHARS = 40  # about 238 bits
@@ -156,7 +156,7 @@ def _active_key(key_hash: str) -> ApiKey | None:
     key_cols = columns(ApiKey, "k", connection.alias)
     agent_cols = columns(Agent, "a", connection.alias)
     user_cols = columns(User, "u", connection.alias)
-    with connection.cursor() as cursor:
+    with prepared_cursor(connection) as cursor:
         cursor.execute(
             f"SELECT {key_cols.sql}, {agent_cols.sql}, {user_cols.sql}"
             f" FROM {quote(ApiKey._meta.db_table)} k"

@@ -19,6 +19,7 @@ from django.utils import timezone
 from audit import log as audit
 from audit.identity import current_actor
 from audit.models import ActorType
+from compat.django import prepared_cursor
 
 from . import engine, money
 from . import kinds as kinds_
@@ -47,15 +48,17 @@ class RuleFile:
 _loaded: tuple[str, LoadedRules] | None = None
 
 
-def current_rules() -> LoadedRules:
+def current_rules(known: tuple[int, str] | None = None) -> LoadedRules:
     """The rules in force: one query for the version, the rules parsed once per revision.
 
     Every change bumps the version and draws a new revision in the same
     transaction (``bump_version``), so a process that reads revision R has R's
-    rules and reloads only when it changes.
+    rules and reloads only when it changes. ``known``: the ``(version, revision)``
+    the caller has just read itself (a push's first read, ``approvals.services.pushing``),
+    so it is not read again.
     """
     global _loaded
-    version, revision = _revision()
+    version, revision = known if known is not None else _revision()
     cached = _loaded
     if revision and cached is not None and cached[0] == revision:
         return cached[1]
@@ -67,6 +70,18 @@ def current_rules() -> LoadedRules:
     return loaded
 
 
+def cached_group_names() -> set[str]:
+    """The groups the rules this process holds route to (empty before any are loaded).
+
+    A push reads these groups in the statement that reads the revision
+    (``approvals.services.pushing``); if the revision moved, it reads the group again.
+    """
+    cached = _loaded
+    if cached is None:
+        return set()
+    return {rule.group for rule in cached[1].rules if rule.group}
+
+
 def _revision() -> tuple[int, str]:
     """The rule set's version and revision, ``(0, "")`` before the first change.
 
@@ -75,7 +90,7 @@ def _revision() -> tuple[int, str]:
     5-10 % of a push's CPU (docs/benchmarks.md, "Hand-written SQL and the ORM";
     tests/core/test_hand_sql.py runs both on the same row).
     """
-    with connection.cursor() as cursor:
+    with prepared_cursor(connection) as cursor:
         cursor.execute(
             f"SELECT version, revision FROM {connection.ops.quote_name(RuleSet._meta.db_table)}"
             " WHERE id = 1"
@@ -302,16 +317,16 @@ def reserve_budget(rule_name: str, budget: engine.Budget, action: dict, now: dat
         return False
     start = window_start(budget.per, now)
     cap = Decimal(str(budget.max))
-    counter = BudgetCounter.objects.filter(rule=rule_name, scope=scope, window_start=start)
 
     def reserve() -> bool:
         return _add_within(rule_name, scope, start, amount, cap - amount)
 
     # The window's counter usually exists: one statement. Nothing reserved means either
-    # the cap or no counter yet; only then is it looked for, created, and tried once more.
+    # the cap or no counter yet; only then is it looked for (its queryset built only then:
+    # building one costs about the UPDATE's own CPU), created, and tried once more.
     if reserve():
         return True
-    if counter.exists():
+    if BudgetCounter.objects.filter(rule=rule_name, scope=scope, window_start=start).exists():
         return False
     try:
         with transaction.atomic():
@@ -335,7 +350,7 @@ def _add_within(rule_name: str, scope: str, start: datetime, amount, at_most) ->
     quote = conn.ops.quote_name
     field = BudgetCounter._meta.get_field
     total, when = quote(field("total").column), quote(field("window_start").column)
-    with conn.cursor() as cursor:
+    with prepared_cursor(conn) as cursor:
         cursor.execute(
             f"UPDATE {quote(BudgetCounter._meta.db_table)} SET {total} = {total} + %s"
             f" WHERE {quote(field('rule').column)} = %s AND {quote(field('scope').column)} = %s"

@@ -13,11 +13,13 @@ from django.utils import timezone
 
 from audit import log as audit
 from audit.models import ActorType, canonical_json
+from compat.django import prepared_cursor, preparing
 from plumbing import outbound
 from rules import engine as rule_engine
 from rules import kinds as rule_kinds
 from rules import services as rule_services
 from rules.bounds import effective_bounds
+from rules.models import RuleSet
 from rules.money import ijson_problem
 
 from .. import events, money, outbox
@@ -57,22 +59,22 @@ def push_action(
     request_hash = hashlib.sha256(
         canonical_json(data.model_dump(mode="json", exclude=unhashed))
     ).hexdigest()
-    if key:
-        # A retry comes when the caller timed out, often under load: answering it from
-        # one read keeps it from taking the write lock (SQLite's is the whole database's)
-        # and a budget row's lock just to lose on the unique constraint.
-        existing = _with_key(agent, key)
-        if existing is not None:
-            return _replay(existing, request_hash), False
+    # A retry comes when the caller timed out, often under load: answering it from
+    # one read keeps it from taking the write lock (SQLite's is the whole database's)
+    # and a budget row's lock just to lose on the unique constraint. The same read
+    # brings the rule set's revision and the groups its rules route to.
+    first = _first_read(agent, key)
+    if first.existing is not None:
+        return _replay(first.existing, request_hash), False
     if data.callback_url:
         _check_callback(data.callback_url)
     if data.supersedes:
         check_supersedes(agent, data.supersedes)
-    loaded = rule_services.current_rules()
+    loaded = rule_services.current_rules(known=first.revision)
     declared = _declaration(loaded, data, money)
     try:
         with _atomic():
-            action = _create(agent, data, key, request_hash, loaded, declared)
+            action = _create(agent, data, key, request_hash, loaded, declared, first.groups)
     except IntegrityError:
         existing = _with_key(agent, key) if key else None
         if existing is not None:  # a concurrent push with the same key won
@@ -81,6 +83,62 @@ def push_action(
             check_supersedes(agent, data.supersedes)
         raise
     return action, True
+
+
+@dataclasses.dataclass(frozen=True)
+class _FirstRead:
+    existing: Action | None  # the agent's action with this idempotency key
+    revision: tuple[int, str]  # the rule set's (version, revision), as rules.services reads it
+    groups: _KnownGroups
+
+
+@dataclasses.dataclass(frozen=True)
+class _KnownGroups:
+    asked: frozenset[str]  # the names looked for
+    found: dict[str, Group]  # those that exist, by name
+
+
+def _first_read(agent: Agent, key: str | None) -> _FirstRead:
+    """What a push reads before its transaction, in one statement (one round trip).
+
+    The idempotency key's action (``_with_key``), the rule set's version and revision
+    (``rules.services._revision``) and the groups the rules this process holds route
+    to, with the default group (``_groups_named``): three reads as one ``UNION ALL``,
+    each branch tagged. tests/core/test_push_path.py compares it with the three.
+    Groups are read by name on every push, as before; only the rules are cached (per
+    revision). When the revision moved, the new rules may route elsewhere: a group the
+    statement did not ask for is read on its own (``_routed_group``).
+    """
+    names = sorted(rule_services.cached_group_names() | {settings.IMPRI_DEFAULT_GROUP})
+    connection = transaction.get_connection()
+    quote = connection.ops.quote_name
+    sql = [
+        f"SELECT 'r', CAST(version AS TEXT), revision FROM {quote(RuleSet._meta.db_table)}"
+        " WHERE id = 1",
+        f"SELECT 'g', CAST(id AS TEXT), name FROM {quote(Group._meta.db_table)}"
+        f" WHERE name IN ({', '.join(['%s'] * len(names))})",
+    ]
+    params: list = list(names)
+    if key:
+        sql.append(
+            f"SELECT 'a', id, request_hash FROM {quote(Action._meta.db_table)}"
+            " WHERE agent_id = %s AND idempotency_key = %s"
+        )
+        params += [agent.pk, key]
+    with prepared_cursor(connection) as cursor:
+        cursor.execute(" UNION ALL ".join(sql), params)
+        rows = cursor.fetchall()
+    existing, revision, found = None, (0, ""), {}
+    for tag, first, second in rows:
+        if tag == "r":
+            revision = (int(first), second)
+        elif tag == "g":
+            found[second] = Group.from_db(connection.alias, ["id", "name"], (int(first), second))
+        else:
+            existing = Action.from_db(
+                connection.alias, ["id", "idempotency_key", "request_hash"], (first, key, second)
+            )
+    return _FirstRead(existing, revision, _KnownGroups(frozenset(names), found))
 
 
 def _with_key(agent: Agent, key: str) -> Action | None:
@@ -93,7 +151,7 @@ def _with_key(agent: Agent, key: str) -> Action | None:
     """
     connection = transaction.get_connection()
     quote = connection.ops.quote_name
-    with connection.cursor() as cursor:
+    with prepared_cursor(connection) as cursor:
         cursor.execute(
             f"SELECT id, request_hash FROM {quote(Action._meta.db_table)}"
             " WHERE agent_id = %s AND idempotency_key = %s",
@@ -116,7 +174,7 @@ def _groups_named(first: str, second: str) -> dict[str, Group]:
     """
     connection = transaction.get_connection()
     quote = connection.ops.quote_name
-    with connection.cursor() as cursor:
+    with prepared_cursor(connection) as cursor:
         cursor.execute(
             f"SELECT id, name FROM {quote(Group._meta.db_table)} WHERE name IN (%s, %s)",
             [first, second],
@@ -153,7 +211,13 @@ def _declaration(loaded, data: ActionIn, override: list[dict] | None):
 
 
 def _create(
-    agent: Agent, data: ActionIn, key: str | None, request_hash: str, loaded, declared
+    agent: Agent,
+    data: ActionIn,
+    key: str | None,
+    request_hash: str,
+    loaded,
+    declared,
+    groups: _KnownGroups | None = None,
 ) -> Action:
     """Insert the action as the rules route it: pending for review, or decided by a rule."""
     now = timezone.now()
@@ -170,7 +234,7 @@ def _create(
         else None,
     }
     verdict, group = _routed_group(
-        _within_budget(rule_engine.evaluate(loaded.rules, view), view, now)
+        _within_budget(rule_engine.evaluate(loaded.rules, view), view, now), groups
     )
     expiries = [s for s in (data.expires_in_s, verdict.expires_in_s) if s]
     status, decided_at = {
@@ -224,7 +288,9 @@ def _create(
     action.amount_minor, action.amount_currency = money.stored_amount(action, found=found)
     # The ORM's INSERT: as plain SQL it saved 1–4 % of a push, not enough to keep a
     # second way of writing an action (docs/benchmarks.md, "Hand-written SQL and the ORM").
-    action.save(force_insert=True)
+    # Its text is the same on every push, so PostgreSQL plans it once per connection.
+    with preparing(transaction.get_connection()):
+        action.save(force_insert=True)
     _audit_push(action, verdict, loaded.version)
     if action.status == ActionStatus.PENDING:
         events.publish_on_commit(action, "action.pushed")
@@ -250,14 +316,18 @@ def _within_budget(verdict, view: dict, now):
     )
 
 
-def _routed_group(verdict) -> tuple:
-    """The verdict and the group it routes to, read in one query with the default group.
+def _routed_group(verdict, known: _KnownGroups | None = None) -> tuple:
+    """The verdict and the group it routes to, read with the default group.
 
-    A rule's group that does not exist routes to the default group, with a trace
-    line saying so.
+    ``known``: the groups the push's first read looked for; when it asked for both
+    names they are not read again, else one query reads them. A rule's group that does
+    not exist routes to the default group, with a trace line saying so.
     """
     name, default = verdict.group, settings.IMPRI_DEFAULT_GROUP
-    found = _groups_named(name or default, default)
+    if known is not None and {name or default, default} <= known.asked:
+        found = known.found
+    else:
+        found = _groups_named(name or default, default)
     if name in found:
         return verdict, found[name]
     fallback = found.get(default) or default_group()
