@@ -18,8 +18,9 @@ generated once into ``<data dir>/grant-keys/current.pem``. ``impri grantkey
 rotate`` replaces the generated key and keeps the retired public key published,
 so grants signed before the rotation still verify until the operator removes it.
 
-Every process publishes the public half of the key it signs with to the
-database when it starts (:func:`publish`, ``impri.models.GrantSigningKey``);
+Every process that signs grants (``serve``, ``worker``, ``mcp``; not ``beat``)
+publishes the public half of its key to the database when it starts
+(:func:`publish`, ``impri.models.GrantSigningKey``);
 the JWKS lists every published key that is not retired, so replicas that
 each generated their own key still verify each other's grants. They should
 share one all the same: :func:`keys_signing` counts the keys still signing,

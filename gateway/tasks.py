@@ -10,7 +10,7 @@ from celery import shared_task
 from django.db.models import Q
 from django.utils import timezone
 
-from . import pins, services, upstream
+from . import pins, services
 from .models import Upstream
 
 logger = logging.getLogger(__name__)
@@ -30,8 +30,15 @@ def refresh_due(now=None) -> int:
     due = Upstream.objects.filter(enabled=True).filter(
         Q(last_checked_at__isnull=True) | Q(last_checked_at__lte=cutoff)
     )
+    rows = list(due)
+    if not rows:
+        return 0
+    # The MCP client SDK (and its HTTP stack) is loaded by the first refresh that asks an
+    # upstream, not by every worker at start: most deployments run no gateway.
+    from . import upstream
+
     answered = 0
-    for row in due:
+    for row in rows:
         try:
             tools = async_to_sync(upstream.list_tools)(upstream.Target.of(row))
         except upstream.UpstreamRefused as exc:  # it answered: up, but would not list

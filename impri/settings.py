@@ -166,6 +166,11 @@ TEMPLATES = [
 # connection pool is sized per role so that the whole deployment stays within
 # PostgreSQL's max_connections (docs/ARCHITECTURE.md: processes × pool).
 IMPRI_PROCESS_ROLE = env("IMPRI_PROCESS_ROLE")
+if IMPRI_PROCESS_ROLE == "worker":
+    # The worker serves no page: daphne's app only installs Twisted's reactor (for
+    # runserver), ninja's only serves Swagger UI's static files. Without them the worker
+    # loads neither Twisted nor django-ninja (docs/benchmarks.md, "idle footprint").
+    INSTALLED_APPS = [app for app in INSTALLED_APPS if app not in ("daphne", "ninja")]
 _POOL_BY_ROLE = {"serve": "12", "mcp": "2", "worker": "2", "beat": "1"}
 IMPRI_DB_POOL_SIZE = envint("IMPRI_DB_POOL_SIZE", _POOL_BY_ROLE.get(IMPRI_PROCESS_ROLE, "0"))
 IMPRI_DB_POOL_TIMEOUT_S = envfloat("IMPRI_DB_POOL_TIMEOUT_S", minimum=0.1)

@@ -25,7 +25,6 @@ import httpx
 from django.contrib.auth.models import Group
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
-from pywebpush import WebPusher
 
 from approvals import money as action_money
 from approvals import outbox
@@ -108,6 +107,10 @@ def message(row: PushDelivery) -> dict:
 
 def encrypted(subscription: PushSubscription, data: dict) -> tuple[bytes, dict[str, str]]:
     """The body (aes128gcm, RFC 8291) and headers (VAPID, TTL, urgency) for one push."""
+    # pywebpush brings aiohttp and requests: loaded by the first push, not by every process
+    # that loads the app (docs/benchmarks.md, "The scaled stack's idle footprint").
+    from pywebpush import WebPusher
+
     pusher = WebPusher(
         {
             "endpoint": subscription.endpoint,

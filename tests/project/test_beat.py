@@ -18,10 +18,12 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+from celery.apps.beat import Beat
+from celery.bin.celery import celery as celery_command
 from django.conf import settings
 
 from impri import schedule
-from impri.management.commands.beat import beat_app
+from impri.management.commands.beat import beat_app, run_beat
 
 ROOT = Path(__file__).resolve().parents[2]
 # Loaded by the apps, never needed to send a message by name.
@@ -61,42 +63,70 @@ def test_beats_app_knows_the_schedule_and_no_task_module():
     assert not app.configured or app.conf.imports == ()  # no task module to import
 
 
-@pytest.mark.e2e  # a process of its own: the console script's path to Celery beat
-def test_beat_starts_without_the_apps_the_database_or_a_grant_key(tmp_path):
-    # Beat stops where its loop would start and writes what it imported. Neither Redis
-    # nor PostgreSQL is reachable: beat touches neither before its first tick.
+def test_beat_runs_as_celerys_command_line_runs_it(monkeypatch, tmp_path):
+    built: list[Beat] = []
+    monkeypatch.setattr(Beat, "run", lambda self: built.append(self))
+    app = beat_app()
+    schedule = tmp_path / "celerybeat-schedule"
+    celery_command.params[0].default = app  # as app.start does
+    try:
+        celery_command.main(args=["beat", f"--schedule={schedule}"], standalone_mode=False)
+    finally:
+        celery_command.params[0].default = None
+    run_beat(app, schedule)
+    by_celery, ours = ({k: v for k, v in vars(b).items() if k != "colored"} for b in built)
+    assert ours == by_celery
+
+
+def modules_at_start(
+    tmp_path: Path, stop_at: str, command: str, **env: str
+) -> tuple[subprocess.CompletedProcess, set[str]]:
+    """Run ``impri <command>`` until ``stop_at`` (``module:Class.method``) and return what it imported.
+
+    The method is replaced by one that writes ``sys.modules`` and exits: the process stops
+    where its loop would start, before it connects to the broker.
+    """
+    module, _, attribute = stop_at.partition(":")
+    owner, _, method = attribute.rpartition(".")
     dump = tmp_path / "modules.txt"
     code = (
-        "import sys, celery.beat\n"
+        f"import sys, {module}\n"
         "def stop(self, *args, **kwargs):\n"
         f"    open({str(dump)!r}, 'w').write('\\n'.join(sorted(sys.modules)))\n"
         "    raise SystemExit(0)\n"
-        "celery.beat.Service.start = stop\n"
+        f"{module}.{owner}.{method} = stop\n"
         "from impri.cli import main\n"
-        "main(['beat'])\n"
+        f"main([{command!r}])\n"
     )
-    env = clean_env(
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=clean_env(IMPRI_PROCESS_ROLE=command, **env),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return done, set(dump.read_text().split())
+
+
+@pytest.mark.e2e  # a process of its own: the console script's path to Celery beat
+def test_beat_starts_without_the_apps_the_database_or_a_grant_key(tmp_path):
+    # Neither Redis nor PostgreSQL is reachable: beat touches neither before its first tick.
+    done, loaded = modules_at_start(
+        tmp_path,
+        "celery.beat:Service.start",
+        "beat",
         IMPRI_DATA_DIR=str(tmp_path / "data"),
-        IMPRI_PROCESS_ROLE="beat",
         REDIS_URL="redis://127.0.0.1:1/0",
         DATABASE_URL="postgres://impri@127.0.0.1:1/impri",
         SECRET_KEY="beat-test",
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
     assert done.stderr.startswith(
         "Impri beat: data directory "
         f"{tmp_path / 'data'}; database PostgreSQL impri@127.0.0.1:1/impri; channel layer Redis"
     ), done.stderr
     assert "grant signing key" not in done.stderr
-    loaded = set(dump.read_text().split())
     assert "celery.apps.beat" in loaded
     assert [name for name in NOT_IN_BEAT if name in loaded] == []
     assert not (tmp_path / "data" / "grant-keys").exists()

@@ -10,6 +10,9 @@ name, with the same ``CELERY_*`` settings.
 
 from __future__ import annotations
 
+import logging
+
+from celery.platforms import maybe_drop_privileges
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
@@ -42,5 +45,14 @@ class Command(BaseCommand):
     def handle(self, *args, loglevel, **options):
         start_background_process("beat", self.stderr, loglevel)
         settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
-        schedule = settings.DATA_DIR / "celerybeat-schedule"
-        beat_app().start(["beat", f"--schedule={schedule}"])
+        run_beat(beat_app(), settings.DATA_DIR / "celerybeat-schedule")
+
+
+def run_beat(app, schedule) -> None:
+    """What `celery beat --schedule=...` runs, without Celery's command line.
+
+    Its command line loads every subcommand (a REPL with prompt_toolkit among them) to run
+    this one (``tests/project/test_beat.py`` compares the two beats).
+    """
+    maybe_drop_privileges()
+    app.Beat(schedule=str(schedule), loglevel=logging.WARNING, quiet=False).run()
