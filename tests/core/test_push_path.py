@@ -168,9 +168,17 @@ def test_preparing_gives_the_connection_its_own_cursors_back(agent):
     assert Group.objects.filter(name="inside").exists()
 
 
-def test_the_cached_group_names_are_the_rules_groups():
-    rule_services._loaded, saved = None, rule_services._loaded
+@pytest.mark.django_db(transaction=True)
+def test_the_cached_group_names_are_the_groups_the_held_rules_route_to(agent):
+    saved = rule_services._loaded
+    rule_services._loaded = None
     try:
         assert rule_services.cached_group_names() == set()
+        install_rules(RULES)
+        _push(agent, 9000)  # loads and holds the rules
+        assert rule_services.cached_group_names() == {"support-leads"}
+        assert _read(agent.agent, None)[3] == sorted(
+            {"support-leads", settings.IMPRI_DEFAULT_GROUP}
+        )
     finally:
         rule_services._loaded = saved
