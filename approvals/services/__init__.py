@@ -12,7 +12,8 @@ Nothing outside this package writes an action's state (tests/core/test_single_do
 | ``deciding`` | ``decide``: approve (with edits, four eyes) or reject; ``request_changes`` |
 | ``reporting`` | the agent's ``cancel_action`` and ``report_result`` |
 | ``sweeps`` | ``expire_due``, ``escalate_due``, ``remind_due``, ``flag_stale`` |
-| ``waiting`` | ``await_decision`` and the process's waiter hub |
+| ``waiting`` | ``await_decision``, each event loop's hub, shutdown |
+| ``waiter_hub`` | the waiter hub: watches, the receiver, the safety-net re-read |
 | ``selectors`` | reads and permissions (``get_action_for_*``, ``can_review``) |
 | ``edits`` | the pure edit checks (``apply_edits``, ``edit_bounds``) |
 | ``common`` | what transitions share (transaction, ``payload_sha256``, groups) |
