@@ -14,6 +14,10 @@ from django.core.handlers.asgi import ASGIHandler  # noqa: E402
 
 django.setup(set_prefix=False)
 
+from django.utils.module_loading import import_string  # noqa: E402
+
+from approvals.api import api as rest_api  # noqa: E402
+from approvals.api.longpoll import DecisionLongPoll  # noqa: E402
 from compat.django import LoopSignalsASGIHandler  # noqa: E402
 
 # Paths whose views are async and do their database work on plumbing.db_threads's
@@ -48,16 +52,34 @@ class ApiASGIHandler(LoopSignalsASGIHandler):
 
 
 class ImpriASGIHandler(ASGIHandler):
-    """Django for the inbox and admin; the API (and probes) go to ``ApiASGIHandler``."""
+    """Django for the inbox and admin; the API (and probes) go to ``ApiASGIHandler``.
+
+    ``longpoll`` serves the decision long-poll, where agents wait by the thousand
+    (``http_router`` sends it there), with the API's own middleware hooks, response
+    and handler, and falls back to ``ApiASGIHandler`` for anything else.
+    """
 
     def __init__(self):
         super().__init__()
         self.api = ApiASGIHandler()
+        self.longpoll = DecisionLongPoll(
+            self.api.handle,
+            middleware=[
+                import_string(path)(_never_called) for path in settings.IMPRI_API_MIDDLEWARE
+            ],
+            create_response=rest_api.create_response,
+            send_response=self.api.send_response,
+        )
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and scope["path"].startswith(THREADLESS_PREFIXES):
             return await self.api.handle(scope, receive, send)
         return await super().__call__(scope, receive, send)
+
+
+def _never_called(request):
+    """The ``get_response`` of the middleware whose hooks the long-poll calls itself."""
+    raise AssertionError("the long-poll calls the middleware's before and after only")
 
 
 django_asgi = ImpriASGIHandler()
@@ -142,13 +164,19 @@ class _TooLarge(Exception):
 
 
 async def http_router(scope, receive, send):
-    """/mcp goes to the MCP app (never through Django's handler), the rest to Django."""
+    """/mcp goes to the MCP app (never through Django's handler), the rest to Django.
+
+    The decision long-poll goes to ``approvals.api.longpoll`` (which hands anything it
+    doesn't serve to Django's API handler).
+    """
     if events.serving_loop is None:
         events.serving_loop = asyncio.get_running_loop()
     if scope["path"] in (MCP_PATH, MCP_PATH + "/"):
         return await mcp_app(scope, receive, send)
     if scope["path"].startswith(GATEWAY_PREFIX):
         return await gateway_app(scope, receive, send)
+    if DecisionLongPoll.matches(scope):  # one coroutine frame fewer a waiting agent
+        return await django_asgi.longpoll(scope, receive, send)
     return await django_asgi(scope, receive, send)
 
 

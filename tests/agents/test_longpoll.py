@@ -1,0 +1,162 @@
+"""The decision long-poll served below Django (approvals.api.longpoll): Django's answers, less held.
+
+Driven through the whole ASGI application (``impri.asgi.application``: the access log,
+the body limit, the router), as daphne calls it. ``timeout_s=0e0`` is a spelling the
+long-poll leaves to Django (ninja reads it as 0), which is how the two paths are put
+side by side; the handler's ``fallback`` is counted to know which path answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from asgiref.sync import sync_to_async
+from asgiref.testing import ApplicationCommunicator
+
+from approvals import services
+from approvals.services import waiting
+from impri.asgi import application, django_asgi
+from tests.factories import make_action
+from tests.waits import until_parked
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def fallbacks(monkeypatch) -> list[str]:
+    """The paths the long-poll handed to Django's API handler."""
+    handed: list[str] = []
+    original = django_asgi.longpoll.fallback
+
+    async def counting(scope, receive, send):
+        handed.append(scope["path"] + "?" + scope["query_string"].decode())
+        return await original(scope, receive, send)
+
+    monkeypatch.setattr(django_asgi.longpoll, "fallback", counting)
+    return handed
+
+
+def scope(path: str, query: str = "", key: str | None = None) -> dict:
+    headers = [(b"host", b"testserver")]
+    if key is not None:
+        headers.append((b"authorization", f"Bearer {key}".encode()))
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query.encode(),
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+    }
+
+
+async def start(path: str, query: str = "", key: str | None = None) -> ApplicationCommunicator:
+    communicator = ApplicationCommunicator(application, scope(path, query, key))
+    await communicator.send_input({"type": "http.request", "body": b"", "more_body": False})
+    return communicator
+
+
+async def answer(communicator: ApplicationCommunicator, timeout: float = 10):
+    start = await communicator.receive_output(timeout)
+    body = b""
+    while True:
+        message = await communicator.receive_output(timeout)
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    await communicator.wait(timeout)
+    headers = {
+        name.decode().lower(): value.decode()
+        for name, value in start["headers"]
+        if name.lower() != b"x-request-id"
+    }
+    return start["status"], headers, json.loads(body)
+
+
+async def get(path: str, query: str = "", key: str | None = None):
+    return await answer(await start(path, query, key))
+
+
+def decision_path(action) -> str:
+    return f"/api/v1/actions/{action.pk}/decision"
+
+
+async def test_a_pending_and_an_approved_answer_are_djangos_byte_for_byte(agent, rita, fallbacks):
+    action = await sync_to_async(make_action)(agent.agent)
+    served = await get(decision_path(action), "timeout_s=0", agent.key)
+    assert fallbacks == []
+    django = await get(decision_path(action), "timeout_s=0e0", agent.key)
+    assert len(fallbacks) == 1
+    assert served == django
+    assert served[0] == 200 and served[2]["status"] == "pending"
+    assert served[1]["cache-control"] == "no-store"  # the API middleware's after hooks ran
+
+    await sync_to_async(services.decide)(
+        action.pk, by=rita.user, verdict="approve", edits={"payload.amount_cents": 5000}
+    )
+    served = await get(decision_path(action), "timeout_s=0", agent.key)
+    django = await get(decision_path(action), "timeout_s=0e0", agent.key)
+    assert len(fallbacks) == 2
+    assert served[2]["status"] == "approved" and served[2]["payload"]["amount_cents"] == 5000
+    assert served[2]["grant"] and served[2]["payload_sha256"]
+    # A grant is signed when it is read: its time may differ by a second between the two.
+    assert {k: v for k, v in served[2].items() if k != "grant"} == {
+        k: v for k, v in django[2].items() if k != "grant"
+    }
+    assert served[:2] == django[:2]
+
+
+async def test_every_refusal_is_djangos(agent, other_agent, rita, fallbacks):
+    action = await sync_to_async(make_action)(agent.agent)
+    path = decision_path(action)
+    cases = [
+        (path, "timeout_s=0", None, 401, "not_authenticated"),
+        (path, "timeout_s=0", "imp_a_not-a-key", 401, "not_authenticated"),
+        (path, "timeout_s=0", other_agent.key, 403, "forbidden"),
+        (path, "timeout_s=0", rita.key, 403, "forbidden"),
+        ("/api/v1/actions/act_nope/decision", "timeout_s=0", agent.key, 404, "not_found"),
+        (path, "timeout_s=-1", agent.key, 422, None),
+        (path, "timeout_s=soon", agent.key, 422, None),
+        (path, "timeout_s=0&timeout_s=1", agent.key, 200, None),
+    ]
+    for case_path, query, key, status, code in cases:
+        got_status, _, body = await get(case_path, query, key)
+        assert got_status == status, (query, key, body)
+        if code:
+            assert body["code"] == code, body
+    # Each went to Django: the long-poll answered none of them itself.
+    assert len(fallbacks) == len(cases)
+
+
+async def test_a_decision_wakes_the_wait_at_once(agent, rita, fallbacks):
+    action = await sync_to_async(make_action)(agent.agent)
+    communicator = await start(decision_path(action), "timeout_s=30", agent.key)
+    await until_parked(count=1, timeout=10)
+    await sync_to_async(services.decide)(action.pk, by=rita.user, verdict="reject", note="no")
+    status, _, body = await answer(communicator, timeout=5)
+    assert (status, body["status"], body["note"]) == (200, "rejected", "no")
+    assert fallbacks == []
+    assert waiting.waiting() == 0
+
+
+async def test_a_client_that_goes_away_ends_its_wait(agent, fallbacks):
+    action = await sync_to_async(make_action)(agent.agent)
+    communicator = await start(decision_path(action), "timeout_s=30", agent.key)
+    await until_parked(count=1, timeout=10)
+    await communicator.send_input({"type": "http.disconnect"})
+    await communicator.wait(5)  # the app returned, without an answer
+    assert await communicator.receive_nothing(0.1)
+    for _ in range(50):
+        if waiting.waiting() == 0:
+            break
+        await asyncio.sleep(0.1)
+    assert waiting.waiting() == 0
+    assert fallbacks == []
