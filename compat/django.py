@@ -418,8 +418,9 @@ def preparing(connection):
     ``execute_wrapper`` hooks still see it; only the binding moves to the server. The
     block must run on the connection's own thread (as every use of a connection does).
     """
-    if connection.vendor != "postgresql":
-        yield
+    connection = connections[connection.alias]  # the thread's wrapper, not django.db's proxy
+    if connection.vendor != "postgresql" or "create_cursor" in vars(connection):
+        yield  # SQLite, or a block inside another: the outer one gives the cursors back
         return
     connection.ensure_connection()
     own = connection.create_cursor

@@ -14,7 +14,7 @@ import uuid
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import Group
-from django.db import connection
+from django.db import connection, connections
 
 from approvals import services
 from approvals.errors import IdempotencyConflict
@@ -160,8 +160,10 @@ def test_a_prepared_cursor_reads_what_a_plain_one_reads(agent):
 @pytest.mark.django_db(transaction=True)
 def test_preparing_gives_the_connection_its_own_cursors_back(agent):
     with preparing(connection):
-        Group.objects.create(name="inside")
-    assert "create_cursor" not in vars(connection)
+        with preparing(connection):
+            Group.objects.create(name="inside")
+        Group.objects.create(name="after the inner block")
+    assert "create_cursor" not in vars(connections["default"])
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             assert type(cursor.cursor).__name__ == "Cursor"  # Django's client-side binding
