@@ -14,20 +14,21 @@ action's buttons disappear and the message says who decided what.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db.models import F
 from django.utils import timezone
-from slack_sdk import WebClient
-from slack_sdk.errors import SlackApiError
 
 from approvals import outbox
 from approvals.models import ActionStatus
 from delivery import lanes, sending
 from delivery.outboxes import Attempt, Failed, Outbox, Skip
 
-from . import blocks
 from .models import SlackChannel, SlackMessage
+
+if TYPE_CHECKING:
+    from slack_sdk import WebClient
 
 TASK = "slackapp.tasks.deliver_slack_messages"
 # Slack answers these when retrying cannot help: the row is given up, with the reason.
@@ -53,6 +54,10 @@ def web_client(timeout: float | None = None) -> WebClient | None:
     token = settings.IMPRI_SLACK_BOT_TOKEN
     if not token:
         return None
+    # slack_sdk here, not at the top: this module loads in every process (the app's ready
+    # hook connects on_action_changed) and most installations send nothing to Slack.
+    from slack_sdk import WebClient
+
     return WebClient(
         token=token,
         base_url=settings.IMPRI_SLACK_API_URL,
@@ -114,6 +119,10 @@ def send(row: SlackMessage, attempt: Attempt) -> None:
     client = web_client()
     if client is None:
         raise Skip("IMPRI_SLACK_BOT_TOKEN is not set")
+    from slack_sdk.errors import SlackApiError  # loaded by web_client() above
+
+    from . import blocks  # slack_sdk's block models: loaded by the first send, like the client
+
     action = row.action
     live = action.effective_status == ActionStatus.PENDING
     fallback, content = blocks.message(action, row.group_id)

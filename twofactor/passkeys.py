@@ -18,25 +18,12 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import django_otp
 from django.db import transaction
 from django.utils import timezone
-from webauthn import (
-    generate_authentication_options,
-    generate_registration_options,
-    options_to_json,
-    verify_authentication_response,
-    verify_registration_response,
-)
-from webauthn.helpers.exceptions import WebAuthnException
-from webauthn.helpers.structs import (
-    AuthenticatorSelectionCriteria,
-    PublicKeyCredentialDescriptor,
-    ResidentKeyRequirement,
-    UserVerificationRequirement,
-)
 
 from audit import log as audit
 from audit.identity import user_ref
@@ -45,6 +32,13 @@ from plumbing import public_url
 
 from . import services
 from .models import PasskeyDevice
+
+if TYPE_CHECKING:
+    from webauthn.helpers.structs import PublicKeyCredentialDescriptor
+
+# webauthn (and pyasn1 with its modules, ~3 MB) is imported by the functions that use it,
+# not here: the URL configuration imports this module in every serve process, and few of
+# them ever see a passkey (issue 34, serve's memory).
 
 SESSION_CHALLENGE = "impri_passkey_challenge"
 RP_NAME = "Impri"
@@ -87,6 +81,8 @@ def _take_challenge(request, purpose: str) -> bytes:
 
 
 def _descriptors(user) -> list[PublicKeyCredentialDescriptor]:
+    from webauthn.helpers.structs import PublicKeyCredentialDescriptor
+
     return [PublicKeyCredentialDescriptor(id=unb64url(p.credential_id)) for p in passkeys(user)]
 
 
@@ -94,6 +90,13 @@ def _descriptors(user) -> list[PublicKeyCredentialDescriptor]:
 
 
 def registration_options(request) -> str:
+    from webauthn import generate_registration_options, options_to_json
+    from webauthn.helpers.structs import (
+        AuthenticatorSelectionCriteria,
+        ResidentKeyRequirement,
+        UserVerificationRequirement,
+    )
+
     user = request.user
     options = generate_registration_options(
         rp_id=rp_id(request),
@@ -112,6 +115,9 @@ def registration_options(request) -> str:
 
 
 def register(request, credential: dict, name: str) -> PasskeyDevice:
+    from webauthn import verify_registration_response
+    from webauthn.helpers.exceptions import WebAuthnException
+
     user = request.user
     challenge = _take_challenge(request, "register")
     try:
@@ -156,6 +162,9 @@ def register(request, credential: dict, name: str) -> PasskeyDevice:
 
 
 def authentication_options(request) -> str:
+    from webauthn import generate_authentication_options, options_to_json
+    from webauthn.helpers.structs import UserVerificationRequirement
+
     options = generate_authentication_options(
         rp_id=rp_id(request),
         allow_credentials=_descriptors(request.user),
@@ -167,6 +176,9 @@ def authentication_options(request) -> str:
 
 def authenticate(request, credential: dict, *, step_up: bool = False) -> PasskeyDevice:
     """Check an assertion by one of the user's passkeys; the session is verified and stamped."""
+    from webauthn import verify_authentication_response
+    from webauthn.helpers.exceptions import WebAuthnException
+
     user = request.user
     challenge = _take_challenge(request, "authenticate")
     raw_id = credential.get("rawId") or credential.get("id")

@@ -16,7 +16,6 @@ import base64
 from datetime import UTC, datetime, timedelta
 
 import django_otp
-import segno
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -148,6 +147,8 @@ def secret_base32(device: TOTPDevice) -> str:
 
 def qr_svg(device: TOTPDevice) -> str:
     """The otpauth:// URI as an inline SVG QR code (no image library, no external request)."""
+    import segno  # here, not at the top: only an enrolment draws one (serve's memory, issue 34)
+
     return segno.make(device.config_url, error="m").svg_inline(scale=4, border=2)
 
 
