@@ -8,17 +8,17 @@ configuration: the gateway's policies are read on every request.
 
 from __future__ import annotations
 
+import asyncio
+import importlib
 import json
 
-from approvals.mcp.http import AgentKeyVerifier, MCPHttpApp
 from plumbing import db_threads
 
 from . import services
 from .models import NAME_RE
-from .proxy import build_gateway_server
 
 GATEWAY_PREFIX = "/mcp/gateway/"
-_apps: dict[str, MCPHttpApp] = {}
+_apps: dict = {}  # name -> approvals.mcp.http.MCPHttpApp
 
 
 async def gateway_app(scope, receive, send):
@@ -27,8 +27,12 @@ async def gateway_app(scope, receive, send):
         return await _not_found(send, name)
     app = _apps.get(name)
     if app is None:
-        server = build_gateway_server(name, verifier=AgentKeyVerifier())
-        app = _apps.setdefault(name, MCPHttpApp(server, path=GATEWAY_PREFIX + name))
+        # The MCP SDK loads with the first gateway request, not at start (impri.asgi's
+        # MountedOnFirstCall says why), on a thread: the import takes a second or more.
+        http = await asyncio.to_thread(importlib.import_module, "approvals.mcp.http")
+        proxy = await asyncio.to_thread(importlib.import_module, "gateway.proxy")
+        server = proxy.build_gateway_server(name, verifier=http.AgentKeyVerifier())
+        app = _apps.setdefault(name, http.MCPHttpApp(server, path=GATEWAY_PREFIX + name))
     await app(scope, receive, send)
 
 

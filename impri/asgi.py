@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 
@@ -88,12 +89,41 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from approvals import events  # noqa: E402
-from approvals.mcp.http import MCP_PATH, mcp_app  # noqa: E402
 from gateway.asgi import GATEWAY_PREFIX, gateway_app  # noqa: E402
 from impri.logs import AccessLog  # noqa: E402
 from impri.security import ExactOriginValidator  # noqa: E402
 from inbox.routing import websocket_urlpatterns  # noqa: E402
 from plumbing.middleware import too_large  # noqa: E402
+
+# approvals.mcp.http.MCP_PATH, without importing the MCP SDK (tests hold the two equal).
+MCP_PATH = "/mcp"
+
+
+class MountedOnFirstCall:
+    """The ASGI app at ``module:name``, imported by its first call instead of at start.
+
+    For the MCP server (``approvals.mcp.http.mcp_app``): the SDK and its web stack
+    (mcp, mcp-types, starlette, uvicorn, sse-starlette, httpx2: about 19 MB of a serve
+    process, issue 34) load with the first request to /mcp, or with ``lifespan.startup``
+    on a server that sends it. The import runs on a thread (it takes a second or more on a
+    busy machine, and the loop keeps serving meanwhile); concurrent first calls
+    get the same app, since Python imports a module once, and the app starts its
+    session manager once (``MCPHttpApp.start``).
+    """
+
+    def __init__(self, target: str):
+        self.target = target
+        self.app = None
+
+    async def __call__(self, scope, receive, send):
+        if self.app is None:
+            module, name = self.target.split(":")
+            loaded = await asyncio.to_thread(importlib.import_module, module)
+            self.app = getattr(loaded, name)
+        return await self.app(scope, receive, send)
+
+
+mcp_app = MountedOnFirstCall("approvals.mcp.http:mcp_app")
 
 
 class BodyLimit:

@@ -5,7 +5,8 @@ even in stateless mode, and normally starts it from the ASGI lifespan, which
 daphne never sends. So ``MCPHttpApp``:
 
 1. starts the manager in a long-lived task on the first request (and also on
-   a real ``lifespan.startup``, so uvicorn works too);
+   a real ``lifespan.startup``, so uvicorn works too); ``impri.asgi`` imports this
+   module (and the SDK) with that first request, not at start;
 2. stops it in Twisted's "before shutdown" phase, so on SIGTERM every wait in
    flight is cancelled while the loop still runs and cleans up (leaves its
    channel-layer group; its action stays as it was) before daphne exits;
