@@ -44,7 +44,9 @@
    keeps its generic plan. It builds what ``BaseDatabaseWrapper._cursor`` builds, from
    ``create_cursor``'s timezone check and ``_prepare_cursor``; SQLite gets its own cursor.
    ``preparing`` does the same for the statements the ORM writes in a block (the push's
-   ``INSERT``), by giving the connection that ``create_cursor`` for the block's duration.
+   ``INSERT``, an approve's statements), by giving the connection that ``create_cursor``
+   for the block's duration. ``IMPRI_DB_PREPARE=off`` turns both into Django's own cursors
+   (a transaction-pooling PgBouncer without ``max_prepared_statements``).
 7. ``QueuedWritersSQLiteWrapper`` overrides five private methods of the SQLite backend's
    ``DatabaseWrapper`` (``_start_transaction_under_autocommit``, ``_commit``,
    ``_rollback``, ``_close``, ``_set_autocommit``) to queue a process's transactions on
@@ -59,7 +61,9 @@ Re-read each against Django's source before moving ``WRITTEN_FOR``
 and ``django/db/models/sql/compiler.py`` (``SQLCompiler``), and
 ``django/db/backends/postgresql/base.py`` (``create_cursor``, ``ServerBindingCursor``) with
 ``BaseDatabaseWrapper._cursor`` and ``_prepare_cursor``, and psycopg's ``_cursor_base.py``
-(``_send_query_prepared``, ``_execute_send``: ``_query``, which Django's debug cursor reads).
+(``_send_query_prepared``, ``_execute_send``: ``_query``, which Django's debug cursor reads),
+and django-ninja's ``operation.py`` (``AsyncOperation.run``) for
+``approvals.api.common.KeyInHopOperation`` (the key check in the view's hop).
 """
 
 from __future__ import annotations
@@ -81,7 +85,7 @@ from django.db.models import Model
 from django.db.utils import OperationalError
 from django.urls import set_script_prefix
 
-WRITTEN_FOR = {"django": "5.2", "psycopg": "3.3"}
+WRITTEN_FOR = {"django": "5.2", "psycopg": "3.3", "django-ninja": "1.7"}
 
 # The upstream code each override copies, calls into or replaces: module:qualname -> the
 # digest of its source as read (compat.source_digest). A change, even in a patch
@@ -110,6 +114,12 @@ UPSTREAM = {
     # The PostgreSQL driver's cursor, under prepared_cursor: where it keeps ``_query``.
     "psycopg._cursor_base:BaseCursor._send_query_prepared": "b93f0ec6a1ac9ed2",
     "psycopg._cursor_base:BaseCursor._execute_send": "2e4b180e6286fe07",
+    # Not Django's, pinned here with the request path's other overrides:
+    # approvals.api.common.KeyInHopOperation re-runs ``AsyncOperation.run`` (the checks,
+    # then ``_get_values``, the view and ``_result_to_response``) in one hop to the pool.
+    "ninja.operation:AsyncOperation.run": "7cb074bc1736a62e",
+    "ninja.operation:Operation._get_values": "696d40118ceed1e0",
+    "ninja.operation:Operation._result_to_response": "6ca7ef1c987a1af9",
 }
 
 
@@ -392,6 +402,16 @@ def _prepared_cursor_class():
     return _prepared_class
 
 
+def prepare_enabled() -> bool:
+    """``IMPRI_DB_PREPARE`` (default on): off, ``prepared_cursor`` and ``preparing`` prepare nothing.
+
+    For a transaction-pooling PgBouncer older than 1.21, or without
+    ``max_prepared_statements``: a statement prepared on one server connection would be
+    run on another. Read on every call, so that a test's ``override_settings`` holds.
+    """
+    return getattr(settings, "IMPRI_DB_PREPARE", True)
+
+
 def prepared_cursor(connection):
     """A cursor whose statements are prepared on the connection (PostgreSQL); else the usual one.
 
@@ -400,7 +420,7 @@ def prepared_cursor(connection):
     and PostgreSQL plans one a few times, then keeps its generic plan. One statement per
     ``execute`` (server-side binding refuses several).
     """
-    if connection.vendor != "postgresql":
+    if connection.vendor != "postgresql" or not prepare_enabled():
         return connection.cursor()
     connection.close_if_health_check_failed()
     connection.ensure_connection()
@@ -419,7 +439,11 @@ def preparing(connection):
     block must run on the connection's own thread (as every use of a connection does).
     """
     connection = connections[connection.alias]  # the thread's wrapper, not django.db's proxy
-    if connection.vendor != "postgresql" or "create_cursor" in vars(connection):
+    if (
+        connection.vendor != "postgresql"
+        or "create_cursor" in vars(connection)
+        or not prepare_enabled()
+    ):
         yield  # SQLite, or a block inside another: the outer one gives the cursors back
         return
     connection.ensure_connection()

@@ -21,6 +21,7 @@ from plumbing import db_threads, fallbacks
 
 from ..errors import ImpriError, RateLimited
 from . import agent, audit, reviewer
+from .common import KeyToCheck
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +34,9 @@ class KeyAuth(HttpBearer):
     """
 
     async def authenticate(self, request: HttpRequest, token: str) -> keys.Principal | None:
+        if getattr(request, "_impri_key_in_hop", False):
+            # A route of ``common.key_in_hop``: checked in the view's hop, before the body.
+            return KeyToCheck(token)
         return await db_threads.run(keys.authenticate, token)
 
 

@@ -1,4 +1,4 @@
-"""The reviewer's routes: approve (with edits) and reject."""
+"""The reviewer's routes: approve (with edits) and reject; the key is checked in the view's hop."""
 
 from __future__ import annotations
 
@@ -14,11 +14,12 @@ from ..schemas import (
     DecisionIn,
     RejectIn,
 )
-from .common import ERRORS, IDEMPOTENCY_HEADER, ActionId, _base, _key, _reviewer
+from .common import ERRORS, IDEMPOTENCY_HEADER, ActionId, _base, _key, _reviewer, key_in_hop
 
 router = Router(tags=["actions"])
 
 
+@key_in_hop
 @router.post("/actions/{action_id}/approve", response={200: ActionOut, **ERRORS})
 @db_threads.view
 def approve(
@@ -42,6 +43,7 @@ def approve(
     return action_out(action, _base(request))
 
 
+@key_in_hop
 @router.post("/actions/{action_id}/reject", response={200: ActionOut, **ERRORS})
 @db_threads.view
 def reject(
@@ -62,6 +64,7 @@ def reject(
     return action_out(action, _base(request))
 
 
+@key_in_hop
 @router.post("/actions/{action_id}/request-changes", response={200: ActionOut, **ERRORS})
 @db_threads.view
 def request_changes(

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from functools import cache
+
+from django.contrib.auth import get_user_model
+from django.db import connection
 from django.utils import timezone
 
 from audit import log as audit
 from audit.models import ActorType
+from compat.django import prepared_cursor, preparing
 
 from .. import events, money, stepup
 from ..errors import (
@@ -16,11 +21,11 @@ from ..errors import (
     InvalidInput,
     StalePayload,
 )
-from ..models import Action, ActionStatus, RejectReason, Review
+from ..models import Action, ActionStatus, Agent, RejectReason, Review
 from ..schemas import resolve_path
 from .common import _announce, _atomic, _refuse_unstorable, payload_sha256
 from .edits import apply_edits
-from .selectors import _load, can_review
+from .selectors import _load
 
 
 def decide(
@@ -68,17 +73,20 @@ def decide(
 
 
 def _decide(action_id, by, verdict, edits, note, reason, idempotency_key, approves_sha256):
-    with _atomic():
+    # The ORM's statements here prepared on PostgreSQL (the audit append already is): each
+    # was planned on every run, and planning cost as much as running them.
+    with _atomic(), preparing(connection):
         # Locked first, checked under the lock: one read of the row, not two.
         action = _lock(action_id)
-        if not can_review(by, action):  # 404 like an unknown id: no word on other groups
+        may_review, owns = _standing(by, action, owner=verdict == "approve")
+        if not may_review:  # 404 like an unknown id: no word on other groups
             raise ActionNotFound(action_id)
         if idempotency_key and _is_retry(action, by, verdict, edits, idempotency_key):
             return action
         if action.is_settled:
             raise ActionNotPending(action.pk, action.effective_status)
         if verdict == "approve":
-            if action.agent.is_owned_by(by):
+            if owns:
                 raise Forbidden(
                     f"you own the agent {action.agent.name!r} that asked for this action: "
                     "an owner cannot approve its own agent's actions (another reviewer must); "
@@ -89,27 +97,18 @@ def _decide(action_id, by, verdict, edits, note, reason, idempotency_key, approv
         if verdict == "approve":  # money needs a fresh second factor: the figure approved
             stepup.check(action, by=by, payload=new_payload)
         digest = payload_sha256(new_payload)
-        Review.objects.update_or_create(
-            action=action,
-            reviewer=by,
-            defaults={
-                "verdict": verdict,
-                "edits": edits,
-                "note": note,
-                "payload_sha256": digest,
-                "idempotency_key": idempotency_key or "",
-                "at": timezone.now(),
-            },
-        )
+        _put_review(action, by, verdict, edits, note, digest, idempotency_key or "")
         if verdict == "reject":
             action.reject_reason = reason
             return _settle(action, by, ActionStatus.REJECTED, action.payload, edits, note)
-        approvals = action.reviews.filter(
-            verdict=Review.Verdict.APPROVE, payload_sha256=digest
-        ).count()
-        if approvals >= action.approvals_required:
-            return _settle(action, by, ActionStatus.APPROVED, new_payload, edits, note)
-        return _add_approval(action, by, new_payload, edits, note, approvals)
+        # The approvals of this payload, counted and named in one read (the settling
+        # audit event names them).
+        approvers = _approvers(action.pk, digest)
+        if len(approvers) >= action.approvals_required:
+            return _settle(
+                action, by, ActionStatus.APPROVED, new_payload, edits, note, approvers=approvers
+            )
+        return _add_approval(action, by, new_payload, edits, note, len(approvers))
 
 
 def request_changes(action_id: str, *, by, note: str, idempotency_key: str | None = None) -> Action:
@@ -126,26 +125,17 @@ def request_changes(action_id: str, *, by, note: str, idempotency_key: str | Non
     if not note:
         raise InvalidInput("note", "say what should change: the agent reads this message")
     _refuse_unstorable(note=note)
-    with _atomic():
+    with _atomic(), preparing(connection):
         action = _lock(action_id)
-        if not can_review(by, action):  # 404 like an unknown id: no word on other groups
+        if not _standing(by, action, owner=False)[0]:  # 404 like an unknown id
             raise ActionNotFound(action_id)
         verdict = Review.Verdict.CHANGES
         if idempotency_key and _is_retry(action, by, verdict, {}, idempotency_key):
             return action
         if action.is_settled:
             raise ActionNotPending(action.pk, action.effective_status)
-        Review.objects.update_or_create(
-            action=action,
-            reviewer=by,
-            defaults={
-                "verdict": verdict,
-                "edits": {},
-                "note": note,
-                "payload_sha256": payload_sha256(action.payload),
-                "idempotency_key": idempotency_key or "",
-                "at": timezone.now(),
-            },
+        _put_review(
+            action, by, verdict, {}, note, payload_sha256(action.payload), idempotency_key or ""
         )
         action.reject_reason = ""
         return _settle(action, by, ActionStatus.CHANGES_REQUESTED, action.payload, {}, note)
@@ -215,7 +205,16 @@ def _lock(action_id: str) -> Action:
         raise ActionNotFound(action_id) from None
 
 
-def _settle(action: Action, by, status: str, new_payload: dict, edits: dict, note: str) -> Action:
+def _settle(
+    action: Action,
+    by,
+    status: str,
+    new_payload: dict,
+    edits: dict,
+    note: str,
+    *,
+    approvers: list[tuple[str, int]] | None = None,
+) -> Action:
     now = timezone.now()
     changed = new_payload != action.original_payload
     updated = Action.objects.filter(
@@ -238,13 +237,8 @@ def _settle(action: Action, by, status: str, new_payload: dict, edits: dict, not
         data["reason"] = action.reject_reason
     if status == ActionStatus.APPROVED:
         data["payload_sha256"] = payload_sha256(new_payload)
-        approvers = (
-            action.reviews.filter(
-                verdict=Review.Verdict.APPROVE, payload_sha256=data["payload_sha256"]
-            )
-            .order_by("at", "pk")
-            .values_list("reviewer__username", "reviewer_id")
-        )
+        if approvers is None:
+            approvers = _approvers(action.pk, data["payload_sha256"])
         data["approved_by"] = [name for name, _ in approvers]
         data["approved_by_refs"] = [f"user:{pk}" for _, pk in approvers]
     audit.record(
@@ -322,3 +316,89 @@ def _before_after(original: dict, approved: dict, path: str) -> dict:
         "before": resolve_path({"payload": original}, path)[1],
         "after": resolve_path({"payload": approved}, path)[1],
     }
+
+
+# --- The decision's reads and its review's write, each one statement ---------------------
+#
+# Hand-written, prepared on PostgreSQL (compat.django.prepared_cursor); each has its ORM
+# twin in tests/core/test_approve_path.py, compared on the same rows on both databases.
+
+
+@cache
+def _sql() -> dict[str, str]:
+    q = connection.ops.quote_name
+    user = get_user_model()
+    groups = user._meta.get_field("groups")
+    owners = Agent._meta.get_field("owners")
+    review = Review._meta.db_table
+    columns = [Review._meta.get_field(name).column for name in _REVIEW_COLUMNS]
+    settable = ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in columns[2:])
+    username = user._meta.get_field(user.USERNAME_FIELD).column
+    return {
+        "standing": (
+            f"SELECT EXISTS (SELECT 1 FROM {q(groups.m2m_db_table())}"
+            f" WHERE {q(groups.m2m_column_name())} = %s AND {q(groups.m2m_reverse_name())} = %s),"
+            f" EXISTS (SELECT 1 FROM {q(owners.m2m_db_table())}"
+            f" WHERE {q(owners.m2m_column_name())} = %s AND {q(owners.m2m_reverse_name())} = %s)"
+        ),
+        # The one review per reviewer and action (its unique constraint): written, or
+        # rewritten in place (Review.objects.update_or_create without its savepoints).
+        "put_review": (
+            f"INSERT INTO {q(review)} ({', '.join(q(c) for c in columns)})"
+            f" VALUES ({', '.join(['%s'] * len(columns))})"
+            f" ON CONFLICT ({q(columns[0])}, {q(columns[1])}) DO UPDATE SET {settable}"
+        ),
+        "approvers": (
+            f"SELECT u.{q(username)}, r.{q('reviewer_id')} FROM {q(review)} r"
+            f" INNER JOIN {q(user._meta.db_table)} u ON u.{q(user._meta.pk.column)} = r.{q('reviewer_id')}"
+            f" WHERE r.{q('action_id')} = %s AND r.{q('verdict')} = %s"
+            f" AND r.{q('payload_sha256')} = %s ORDER BY r.{q('at')}, r.{q('id')}"
+        ),
+    }
+
+
+_REVIEW_COLUMNS = (
+    "action",
+    "reviewer",
+    "verdict",
+    "edits",
+    "note",
+    "payload_sha256",
+    "idempotency_key",
+    "at",
+)
+
+
+def _standing(by, action: Action, *, owner: bool) -> tuple[bool, bool]:
+    """(may ``by`` review the action, does ``by`` own its agent): one read for both.
+
+    ``selectors.can_review`` and ``Agent.is_owned_by`` in one statement; none when
+    neither needs the database (an inactive user, a superuser rejecting).
+    """
+    if not by.is_active:
+        return False, False
+    in_group = not by.is_superuser and action.review_group_id is not None
+    if not in_group and not owner:
+        return by.is_superuser, False
+    with prepared_cursor(connection) as cursor:
+        cursor.execute(_sql()["standing"], [by.pk, action.review_group_id, action.agent_id, by.pk])
+        member, owns = cursor.fetchone()
+    return bool(by.is_superuser or member), bool(owner and owns)
+
+
+def _put_review(action: Action, by, verdict, edits, note, digest, key) -> None:
+    values = (action.pk, by.pk, str(verdict), edits, note, digest, key, timezone.now())
+    fields = [Review._meta.get_field(name) for name in _REVIEW_COLUMNS]
+    params = [
+        field.get_db_prep_save(value, connection) if name in ("edits", "at") else value
+        for name, field, value in zip(_REVIEW_COLUMNS, fields, values, strict=True)
+    ]
+    with prepared_cursor(connection) as cursor:
+        cursor.execute(_sql()["put_review"], params)
+
+
+def _approvers(action_id: str, digest: str) -> list[tuple[str, int]]:
+    """(username, user id) of the approvals of the payload ``digest``, first first."""
+    with prepared_cursor(connection) as cursor:
+        cursor.execute(_sql()["approvers"], [action_id, Review.Verdict.APPROVE.value, digest])
+        return [(name, pk) for name, pk in cursor.fetchall()]
