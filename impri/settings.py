@@ -176,6 +176,11 @@ IMPRI_DB_POOL_SIZE = envint("IMPRI_DB_POOL_SIZE", _POOL_BY_ROLE.get(IMPRI_PROCES
 IMPRI_DB_POOL_TIMEOUT_S = envfloat("IMPRI_DB_POOL_TIMEOUT_S", minimum=0.1)
 # `impri waitdb` (the image's start script) gives up on the database and Redis after this long.
 IMPRI_DB_WAIT_S = envfloat("IMPRI_DB_WAIT_S", minimum=0)
+# PostgreSQL: the hot statements (a push's, an approve's) prepared on their connection
+# (compat.django.prepared_cursor, preparing). Off for a transaction-pooling PgBouncer
+# older than 1.21 or without max_prepared_statements: each statement then binds on the
+# client, as Django's own do.
+IMPRI_DB_PREPARE = envbool("IMPRI_DB_PREPARE")
 # Threads that run database work for async code (long-polls, MCP tools, the hub).
 IMPRI_DB_THREADS = envint("IMPRI_DB_THREADS", minimum=1)
 # `impri serve`: a full garbage collection after this many young-generation passes
