@@ -61,9 +61,7 @@ Re-read each against Django's source before moving ``WRITTEN_FOR``
 and ``django/db/models/sql/compiler.py`` (``SQLCompiler``), and
 ``django/db/backends/postgresql/base.py`` (``create_cursor``, ``ServerBindingCursor``) with
 ``BaseDatabaseWrapper._cursor`` and ``_prepare_cursor``, and psycopg's ``_cursor_base.py``
-(``_send_query_prepared``, ``_execute_send``: ``_query``, which Django's debug cursor reads),
-and django-ninja's ``operation.py`` (``AsyncOperation.run``) for
-``approvals.api.common.KeyInHopOperation`` (the key check in the view's hop).
+(``_send_query_prepared``, ``_execute_send``: ``_query``, which Django's debug cursor reads).
 """
 
 from __future__ import annotations
@@ -85,7 +83,7 @@ from django.db.models import Model
 from django.db.utils import OperationalError
 from django.urls import set_script_prefix
 
-WRITTEN_FOR = {"django": "5.2", "psycopg": "3.3", "django-ninja": "1.7"}
+WRITTEN_FOR = {"django": "5.2", "psycopg": "3.3"}
 
 # The upstream code each override copies, calls into or replaces: module:qualname -> the
 # digest of its source as read (compat.source_digest). A change, even in a patch
@@ -114,12 +112,6 @@ UPSTREAM = {
     # The PostgreSQL driver's cursor, under prepared_cursor: where it keeps ``_query``.
     "psycopg._cursor_base:BaseCursor._send_query_prepared": "b93f0ec6a1ac9ed2",
     "psycopg._cursor_base:BaseCursor._execute_send": "2e4b180e6286fe07",
-    # Not Django's, pinned here with the request path's other overrides:
-    # approvals.api.common.KeyInHopOperation re-runs ``AsyncOperation.run`` (the checks,
-    # then ``_get_values``, the view and ``_result_to_response``) in one hop to the pool.
-    "ninja.operation:AsyncOperation.run": "7cb074bc1736a62e",
-    "ninja.operation:Operation._get_values": "696d40118ceed1e0",
-    "ninja.operation:Operation._result_to_response": "6ca7ef1c987a1af9",
 }
 
 

@@ -60,3 +60,18 @@ def in_sqlite_busy_wait(ident: int) -> bool:
         and frame.f_code.co_filename.endswith(str(Path("backends", "sqlite3", "base.py")))
         and str(frame.f_locals.get("query", "")).lstrip().upper().startswith("BEGIN")
     )
+
+
+def count_hops(monkeypatch) -> list:
+    """The functions sent to ``plumbing.db_threads``'s pool from now on, by name, in order."""
+    from plumbing import db_threads
+
+    calls: list = []
+    real = db_threads.run
+
+    async def counted(fn, *args, **kwargs):
+        calls.append(getattr(fn, "__name__", fn))
+        return await real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(db_threads, "run", counted)
+    return calls

@@ -33,6 +33,7 @@ from .common import (
     _base,
     _key,
     _read,
+    key_in_hop,
 )
 
 router = Router(tags=["actions"])
@@ -43,6 +44,7 @@ router = Router(tags=["actions"])
 DEFAULT_AWAIT_S = 30.0
 
 
+@key_in_hop
 @router.post("/actions", response={200: ActionOut, 201: ActionOut, **ERRORS})
 @db_threads.view
 def push_action(request, data: ActionIn, idempotency_key: str | None = IDEMPOTENCY_HEADER):
@@ -53,6 +55,7 @@ def push_action(request, data: ActionIn, idempotency_key: str | None = IDEMPOTEN
     return Status(201 if created else 200, action_out(action, _base(request)))
 
 
+@key_in_hop
 @router.get("/actions/{action_id}", response={200: ActionOut, **ERRORS})
 @db_threads.view
 def get_action(request, action_id: ActionId):
@@ -81,6 +84,7 @@ async def await_decision(
     return await db_threads.run(decision_out, action, lane="wake")
 
 
+@key_in_hop
 @router.post("/actions/{action_id}/result", response={200: ActionOut, **ERRORS})
 @db_threads.view
 def report_result(request, action_id: ActionId, data: ResultIn):
@@ -90,6 +94,7 @@ def report_result(request, action_id: ActionId, data: ResultIn):
     return action_out(action, _base(request))
 
 
+@key_in_hop
 @router.post("/actions/{action_id}/cancel", response={200: ActionOut, **ERRORS})
 @db_threads.view
 def cancel_action(request, action_id: ActionId, data: CancelIn | None = None):
@@ -123,6 +128,7 @@ class ListFilters(Schema):
     limit: int = Field(50, ge=1, le=200)
 
 
+@key_in_hop
 @router.get("/actions", response={200: ActionPage, **ERRORS})
 @db_threads.view
 def list_actions(request, filters: Query[ListFilters]):

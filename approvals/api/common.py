@@ -8,8 +8,8 @@ from typing import Annotated
 from django.http import HttpRequest
 from ninja import Header, Path
 from ninja.errors import AuthenticationError
-from ninja.operation import AsyncOperation
 
+from compat.ninja import OneHopOperation
 from identity import keys
 from plumbing import db_threads
 
@@ -85,45 +85,31 @@ class KeyToCheck(str):
     """What ``KeyAuth`` answers for a route of ``key_in_hop``: the bearer token, not yet checked."""
 
 
-class KeyInHopOperation(AsyncOperation):
-    """ninja's ``AsyncOperation.run`` with the key check, the body and the view in one hop.
+class KeyInHopOperation(OneHopOperation):
+    """The key, the body and the sync view in one hop of ``plumbing.db_threads``.
 
-    ``KeyAuth`` checks a key on the database pool, in a hop of its own, before ninja
-    parses and validates the body on the loop and the view (``db_threads.view``) hops
-    again. Here ``KeyAuth`` only reads the header (a ``KeyToCheck``), and one hop
-    checks the key, then parses and validates the body, then runs the sync view: the
-    same order (a request without a valid key gets 401, whatever its body), one hop
-    fewer. Errors go through the API's handlers on the loop, as before. ninja 1.7's
-    ``AsyncOperation.run`` (``tests/core/test_approve_path.py`` holds the two paths'
-    answers equal, and compat's digest of it: ``compat.django.UPSTREAM``).
+    ``KeyAuth`` only reads the header for these routes (a ``KeyToCheck``); the key is
+    checked first in the hop, so a request without a valid key still gets 401 whatever
+    its body (``compat.ninja.OneHopOperation``; ``tests/core/test_approve_path.py``).
     """
+
+    @staticmethod
+    async def hop(fn, *args):
+        return await db_threads.run(fn, *args)
 
     async def run(self, request: HttpRequest, **kw):  # type: ignore[override]
         request._impri_key_in_hop = True
-        error = await self._run_checks(request)
-        if error:
-            return error
-        try:
-            return await db_threads.run(self._in_hop, request, kw)
-        except Exception as e:
-            return self.api.on_exception(request, e)
+        return await super().run(request, **kw)
 
-    def _in_hop(self, request: HttpRequest, kw: dict):
+    def check_key(self, request: HttpRequest) -> None:
         token = request.auth
         if isinstance(token, KeyToCheck):
             principal = keys.authenticate(str(token))
             if principal is None:
                 raise AuthenticationError()
             request.auth = principal
-        temporal_response = self.api.create_temporal_response(request)
-        values = self._get_values(request, kw, temporal_response)
-        result = self.view_func.__wrapped__(request, **values)  # the sync view, in this hop
-        return self._result_to_response(request, result, temporal_response)
 
 
 def key_in_hop(view_func):
     """Above ``@router.<method>`` and ``@db_threads.view``: the key is checked in the view's hop."""
-    operation = view_func._ninja_operation
-    assert isinstance(operation, AsyncOperation) and hasattr(view_func, "__wrapped__")
-    operation.__class__ = KeyInHopOperation
-    return view_func
+    return KeyInHopOperation.install(view_func)

@@ -19,9 +19,9 @@ from django.utils import timezone
 
 from approvals.models import Action, ActionStatus, Review
 from approvals.services import deciding, selectors
-from plumbing import db_threads
 from tests.conftest import make_agent, make_reviewer
 from tests.factories import make_action
+from tests.threads import count_hops
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -70,14 +70,7 @@ def test_the_approve_statements_are_prepared_on_postgresql(agent, rita):
 
 def test_an_approve_makes_one_hop_to_the_pool(agent, rita, monkeypatch):
     action = make_action(agent.agent)
-    calls = []
-    real = db_threads.run
-
-    async def counted(fn, *args, **kwargs):
-        calls.append(getattr(fn, "__name__", fn))
-        return await real(fn, *args, **kwargs)
-
-    monkeypatch.setattr(db_threads, "run", counted)
+    calls = count_hops(monkeypatch)
     assert _approve(rita, action).status_code == 200
     assert calls == ["_in_hop"]
 

@@ -26,6 +26,7 @@ from rules import services as rule_services
 from rules.models import RuleSet
 from tests.core.test_push_statements import RULES, statements
 from tests.factories import install_rules, refund
+from tests.threads import count_hops
 
 ELSEWHERE = """
 rules:
@@ -184,3 +185,21 @@ def test_the_cached_group_names_are_the_groups_the_held_rules_route_to(agent):
         )
     finally:
         rule_services._loaded = saved
+
+
+def test_an_agents_calls_make_one_hop_to_the_pool_and_a_bad_key_is_401_first(agent, monkeypatch):
+    calls = count_hops(monkeypatch)
+    client = agent.client()
+    response = client.post("/actions", refund(amount_cents=8400))
+    assert response.status_code == 201, response.content
+    action_id = response.json()["action_id"]
+    assert client.get(f"/actions/{action_id}").status_code == 200
+    assert client.get("/actions").status_code == 200
+    assert client.post(f"/actions/{action_id}/cancel", {"reason": "x"}).status_code == 200
+    # The key check, the body and the view: one hop each, not two.
+    assert calls == ["_in_hop"] * 4
+    nobody = agent.__class__(key="imp_a_" + "0" * 40).client()
+    for body in ("{not json", {"kind": 5}):
+        response = nobody.post("/actions", body)
+        assert response.status_code == 401, response.content
+        assert response.json()["code"] == "not_authenticated"

@@ -25,7 +25,7 @@ MODULES = sorted(info.name for info in pkgutil.iter_modules(compat.__path__))
 
 
 def test_every_upstream_has_its_module():
-    expected = {"asgiref", "daphne", "django", "httpx", "mozilla_django_oidc"}
+    expected = {"asgiref", "daphne", "django", "httpx", "mozilla_django_oidc", "ninja"}
     assert expected <= set(MODULES), MODULES
 
 
