@@ -24,6 +24,7 @@ from ..schemas import (
     ResultIn,
 )
 from ..services import selectors
+from ..services.waiting import answer_lane
 from .common import (
     CURSOR_RE,
     ERRORS,
@@ -81,7 +82,7 @@ async def await_decision(
     if principal.agent is None:
         raise Forbidden("only the agent that pushed an action can await its decision")
     action = await services.await_decision(action_id, agent=principal.agent, timeout_s=timeout_s)
-    return await db_threads.run(decision_out, action, lane="wake")
+    return await db_threads.run(decision_out, action, lane=answer_lane(action))
 
 
 @key_in_hop

@@ -42,6 +42,7 @@ from plumbing import db_threads
 from .. import services
 from ..presenters import decision_out
 from ..schemas import DecisionOut
+from ..services.waiting import answer_lane
 from .agent import DEFAULT_AWAIT_S
 
 logger = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ class DecisionLongPoll:
         gone.add_done_callback(lambda task: _cancel_if_gone(task, waiting))
         try:
             action = await services.await_decision(action_id, agent=agent, timeout_s=timeout_s)
-            body = await db_threads.run(decision_out, action, lane="wake")
+            body = await db_threads.run(decision_out, action, lane=answer_lane(action))
         except asyncio.CancelledError:
             if gone.done() and not gone.cancelled():
                 return  # the client went away: nobody to answer

@@ -24,6 +24,7 @@ from .waiter_hub import LINGER_S, Via, WaiterHub, Watch, settled_among
 
 __all__ = [
     "LINGER_S",
+    "answer_lane",
     "ProgressCallback",
     "WaiterHub",
     "Watch",
@@ -81,6 +82,15 @@ ProgressCallback = Callable[[float], Awaitable[None]]
 # the woken waiters' reads, and the decision reached its agent late.
 _read = db_threads.wrap(get_action_for_agent, lane="work")
 _read_woken = db_threads.wrap(get_action_for_agent, lane="wake")
+
+
+def answer_lane(action: Action) -> str:
+    """The database lane a wait's answer is written on: "wake" only for a decision.
+
+    A burst of waits timing out answers ``pending`` by the thousand; on the "wake" lane
+    those answers would queue ahead of the reads and answers of waiters a decision woke.
+    """
+    return "wake" if action.is_settled else "work"
 
 
 async def await_decision(

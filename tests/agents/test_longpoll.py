@@ -160,3 +160,25 @@ async def test_a_client_that_goes_away_ends_its_wait(agent, fallbacks):
         await asyncio.sleep(0.1)
     assert waiting.waiting() == 0
     assert fallbacks == []
+
+
+async def test_a_pending_answer_is_written_on_the_work_lane_a_decision_on_the_wake_lane(
+    agent, rita, monkeypatch
+):
+    from plumbing import db_threads
+
+    lanes: list[tuple[str, str]] = []
+    real = db_threads.run
+
+    async def recording(fn, *args, lane: str = "work", **kwargs):
+        lanes.append((getattr(fn, "__name__", str(fn)), lane))
+        return await real(fn, *args, lane=lane, **kwargs)
+
+    monkeypatch.setattr(db_threads, "run", recording)
+    action = await sync_to_async(make_action)(agent.agent)
+    assert (await get(decision_path(action), "timeout_s=0", agent.key))[2]["status"] == "pending"
+    assert ("decision_out", "work") in lanes and ("decision_out", "wake") not in lanes
+    lanes.clear()
+    await sync_to_async(services.decide)(action.pk, by=rita.user, verdict="approve")
+    assert (await get(decision_path(action), "timeout_s=0", agent.key))[2]["status"] == "approved"
+    assert ("decision_out", "wake") in lanes and ("decision_out", "work") not in lanes
