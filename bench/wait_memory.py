@@ -25,6 +25,8 @@ For each count in ``--waits`` a fresh deployment is started (bench/_live.py's ``
 
 A serve process holds one file descriptor per waiting connection: the count is bounded
 by the hard ``RLIMIT_NOFILE`` of the machine (``ulimit -Hn``), which the script prints.
+Client process ``i`` connects from 127.0.0.``i+1`` (each source address has the loopback's
+28,232 ephemeral ports): 50,000 waits need ``--client-procs 4`` or more.
 
     python bench/wait_memory.py --db postgres --waits 2000,10000,19000
     python bench/wait_memory.py --db sqlite --waits 2000 --tracemalloc
@@ -99,10 +101,11 @@ for raw, action_id in json.load(open({path!r})):
 CLIENT = """
 import asyncio, json, sys
 port, timeout_s, path, out = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+source = sys.argv[5]  # a loopback address of its own: 28,232 ephemeral ports each
 jobs = json.load(open(path))
 
 async def one(raw, action_id, opened):
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
     writer.write((
         f"GET /api/v1/actions/{action_id}/decision?timeout_s={timeout_s} HTTP/1.1\\r\\n"
         f"Host: 127.0.0.1:{port}\\r\\nAuthorization: Bearer {raw}\\r\\n"
@@ -214,6 +217,7 @@ def run(args: argparse.Namespace, n: int) -> dict:
                     str(args.timeout_s),
                     str(path),
                     str(out),
+                    f"127.0.0.{i + 1}",
                 ],
                 stdout=subprocess.PIPE,
                 text=True,
