@@ -111,12 +111,18 @@ class InputQueue:
         try:
             return await getter
         except asyncio.CancelledError:
-            if getter.done() and not getter.cancelled():
-                if self._items is None:
-                    self._items = deque()
-                self._items.appendleft(getter.result())
             if self._getter is getter:
                 self._getter = None
+            if getter.done() and not getter.cancelled():
+                # Handed over, but never taken: to the getter parked since, else back in front.
+                waiting = self._getter
+                if waiting is not None and not waiting.done():
+                    self._getter = None
+                    waiting.set_result(getter.result())
+                else:
+                    if self._items is None:
+                        self._items = deque()
+                    self._items.appendleft(getter.result())
             raise
 
 

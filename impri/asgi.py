@@ -69,6 +69,7 @@ class ImpriASGIHandler(ASGIHandler):
                 import_string(path)(_never_called) for path in settings.IMPRI_API_MIDDLEWARE
             ],
             create_response=rest_api.create_response,
+            on_exception=rest_api.on_exception,
             send_response=self.api.send_response,
         )
 

@@ -22,6 +22,7 @@ from plumbing import db_threads, fallbacks
 from ..errors import ImpriError, RateLimited
 from . import agent, audit, reviewer
 from .common import KeyToCheck
+from .longpoll import CHECKED_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +35,9 @@ class KeyAuth(HttpBearer):
     """
 
     async def authenticate(self, request: HttpRequest, token: str) -> keys.Principal | None:
+        checked = getattr(request, "scope", {}).get(CHECKED_KEY)
+        if checked is not None and checked[0] == token:
+            return checked[1]  # the long-poll checked (and counted) this key already
         if getattr(request, "_impri_key_in_hop", False):
             # A route of ``common.key_in_hop``: checked in the view's hop, before the body.
             return KeyToCheck(token)

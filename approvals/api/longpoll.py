@@ -15,14 +15,15 @@ needed and not held:
   is then dropped, and the key is checked by the same function as ninja's ``KeyAuth``
   (``identity.keys.authenticate``: its rate limit, its ``last_used_at``);
 - the answer is the operation's: ``decision_out`` validated by ``DecisionOut``, made a
-  response by the API's ``create_response``, passed through the middleware's ``after``
-  hooks and sent by Django's handler.
+  response by the API's ``create_response`` (an error: by the API's ``on_exception``, as
+  ninja's operation does), passed through the middleware's ``after`` hooks, logged as
+  Django's handler logs a 4xx or 5xx, and sent by Django's handler.
 
-Anything it doesn't recognise, and every error, goes to Django unchanged (``fallback``):
-a request with a body or an unusual ``timeout_s`` spelling, a missing or malformed key,
-a key that isn't an agent's, an unknown or foreign action, a middleware's early answer,
-a failure while waiting. The error envelopes and status codes are therefore Django's and
-ninja's own, and ``tests/agents/test_longpoll.py`` holds the two paths' answers equal.
+What it doesn't recognise goes to Django unchanged (``fallback``), before any wait: a
+request with a body or an unusual or blank ``timeout_s``, a missing or malformed key, a
+middleware's early answer or refusal, a key that isn't an agent's (handed on as checked,
+so its rate limit counts it once). The envelopes and status codes are therefore ninja's
+own, and ``tests/agents/test_longpoll.py`` holds the two paths' answers equal.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from urllib.parse import parse_qsl
 
 from django.core.handlers.asgi import ASGIRequest
+from django.utils.log import log_response
 
 from identity import keys
 from plumbing import db_threads
@@ -49,6 +51,9 @@ logger = logging.getLogger(__name__)
 
 ASGIApp = Callable[[dict, Callable, Callable], Awaitable[None]]
 
+# The scope key under which a reviewer's key, checked here, goes on to Django's handler:
+# ``KeyAuth`` takes it instead of checking (and counting) the key a second time.
+CHECKED_KEY = "impri.checked_key"
 PATH = re.compile(r"/api/v1/actions/([^/\x00]+)/decision")
 # The spellings of timeout_s served here; any other ("1e3", " 5", "inf") goes to ninja.
 PLAIN_SECONDS = re.compile(r"\d{1,9}(\.\d{1,9})?")
@@ -58,8 +63,10 @@ class DecisionLongPoll:
     """The ASGI app of the decision long-poll; ``fallback`` is Django's API handler.
 
     ``middleware``: the API's middleware instances (``IMPRI_API_MIDDLEWARE``), each with
-    ``before(request)`` and ``after(request, response)``; ``send_response``: the Django
-    handler's, which writes a response as ASGI messages.
+    ``before(request)`` and ``after(request, response)``; ``create_response`` and
+    ``on_exception``: the API's (an answer, and the answer to an error, as ninja makes
+    them); ``send_response``: the Django handler's, which writes a response as ASGI
+    messages.
     """
 
     def __init__(
@@ -68,11 +75,13 @@ class DecisionLongPoll:
         *,
         middleware: Sequence,
         create_response: Callable,
+        on_exception: Callable,
         send_response: Callable,
     ):
         self.fallback = fallback
         self.middleware = tuple(middleware)
         self.create_response = create_response
+        self.on_exception = on_exception
         self.send_response = send_response
 
     @staticmethod
@@ -80,21 +89,32 @@ class DecisionLongPoll:
         return scope["method"] == "GET" and PATH.fullmatch(scope["path"]) is not None
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        request = self._plain_request(scope)
-        if request is None:
+        try:
+            plain = self._plain_request(scope)
+        except Exception:  # a middleware refused by raising (too many fields, a bad Host)
+            plain = None
+        if plain is None:
             return await self.fallback(scope, receive, send)
-        action_id, token, timeout_s = request
+        action_id, token, timeout_s = plain
         try:
             principal = await db_threads.run(keys.authenticate, token)
         except Exception:  # refused (rate limit) or failed: Django's answer, from the start
             principal = None
-        if principal is None or principal.agent is None:
+        if principal is None:
             return await self.fallback(scope, receive, send)
+        if principal.agent is None:
+            # A reviewer's key: Django's 403, with the key already checked (and counted).
+            return await self.fallback({**scope, CHECKED_KEY: (token, principal)}, receive, send)
         agent, principal = principal.agent, None  # the key's row is not held while waiting
-        seen: list[dict] = []
         waiting = asyncio.current_task()
-        gone = asyncio.get_running_loop().create_task(_until_gone(receive, seen))
-        gone.add_done_callback(lambda task: _cancel_if_gone(task, waiting))
+        gone = asyncio.get_running_loop().create_task(_until_gone(receive))
+
+        def cancel_if_gone(task: asyncio.Task) -> None:
+            if not task.cancelled() and task.exception() is None:
+                waiting.cancel()
+
+        gone.add_done_callback(cancel_if_gone)
+        body, error = None, None
         try:
             action = await services.await_decision(action_id, agent=agent, timeout_s=timeout_s)
             body = await db_threads.run(decision_out, action, lane=answer_lane(action))
@@ -102,14 +122,12 @@ class DecisionLongPoll:
             if gone.done() and not gone.cancelled():
                 return  # the client went away: nobody to answer
             raise
-        except Exception:
-            # A foreign or unknown action, or a failure while waiting: Django answers,
-            # with the messages this wait already read given back to it.
-            gone.cancel()
-            return await self.fallback(scope, _replaying(seen, receive), send)
+        except Exception as exc:  # a foreign or unknown action, a failure: the API's answer
+            error = exc
         finally:
+            gone.remove_done_callback(cancel_if_gone)
             gone.cancel()
-        await self._answer(scope, body, send)
+        await self._answer(scope, send, body, error)
 
     def _plain_request(self, scope: dict) -> tuple[str, str, float] | None:
         """``(action id, key, timeout_s)`` of a request served here, or None for Django."""
@@ -128,7 +146,8 @@ class DecisionLongPoll:
         query = scope.get("query_string", b"").decode("latin-1")
         if "\x00" in query or "%00" in query:
             return None
-        timeouts = [value for name, value in parse_qsl(query) if name == "timeout_s"]
+        pairs = parse_qsl(query, keep_blank_values=True)  # a blank timeout_s is ninja's 422
+        timeouts = [value for name, value in pairs if name == "timeout_s"]
         if len(timeouts) > 1 or (timeouts and not PLAIN_SECONDS.fullmatch(timeouts[0])):
             return None
         # The middleware's checks (a NUL, the body limit, an HTTPS redirect) on a request
@@ -139,34 +158,29 @@ class DecisionLongPoll:
         action_id = PATH.fullmatch(scope["path"]).group(1)
         return action_id, token, float(timeouts[0]) if timeouts else DEFAULT_AWAIT_S
 
-    async def _answer(self, scope: dict, body: dict, send: Callable) -> None:
+    async def _answer(self, scope: dict, send: Callable, body, error) -> None:
+        """The operation's answer, or the API's answer to ``error``, as ninja and Django give it."""
         request = ASGIRequest(scope, io.BytesIO())
-        data = DecisionOut.model_validate(body).model_dump()
-        response = self.create_response(request, data, status=200)
+        try:
+            if error is not None:
+                raise error
+            data = DecisionOut.model_validate(body).model_dump()
+            response = self.create_response(request, data, status=200)
+        except Exception as exc:
+            response = self.on_exception(request, exc)
         for mw in reversed(self.middleware):
             response = mw.after(request, response)
+        if response.status_code >= 400:  # as Django's handler logs it
+            log_response(
+                "%s: %s", response.reason_phrase, request.path, response=response, request=request
+            )
         try:
             await self.send_response(response, send)
         finally:
             response.close()
 
 
-async def _until_gone(receive: Callable, seen: list[dict]) -> None:
+async def _until_gone(receive: Callable) -> None:
     """Read the request's messages until the client disconnects."""
-    while True:
-        message = await receive()
-        seen.append(message)
-        if message["type"] == "http.disconnect":
-            return
-
-
-def _cancel_if_gone(gone: asyncio.Task, waiting: asyncio.Task) -> None:
-    if not gone.cancelled() and gone.exception() is None:
-        waiting.cancel()
-
-
-def _replaying(seen: list[dict], receive: Callable) -> Callable:
-    async def replay() -> dict:
-        return seen.pop(0) if seen else await receive()
-
-    return replay
+    while (await receive())["type"] != "http.disconnect":
+        pass

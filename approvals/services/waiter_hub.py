@@ -202,7 +202,23 @@ class WaiterHub:
                 )
         return True
 
+    def _groupable(self, action_id: str) -> bool:
+        """Whether the layer takes the action's group name (no Impri id is refused).
+
+        A name the layer refuses (an id of no action: ``é``, 100 characters) is no layer
+        failure: it must not switch every waiter of the process to the re-read. Its wait
+        ends at its first read (no such action), or the re-read answers it.
+        """
+        if self.layer is None:
+            return False
+        try:
+            return self.layer.require_valid_group_name(action_group(action_id))
+        except TypeError:
+            return False
+
     async def _join(self, action_id: str) -> None:
+        if not self._groupable(action_id):
+            return
         leaving = self._leaving.get(action_id)
         if leaving is not None:
             # The sweep is leaving this group: its group_discard must land before our
@@ -292,6 +308,8 @@ class WaiterHub:
                 self.layer.group_discard(PROBE_GROUP, self.channel), LAYER_CALL_TIMEOUT_S
             )
         for action_id in list(self.watches):
+            if not self._groupable(action_id):
+                continue
             await asyncio.wait_for(
                 self.layer.group_add(action_group(action_id), self.channel),
                 LAYER_CALL_TIMEOUT_S,

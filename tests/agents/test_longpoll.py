@@ -114,26 +114,58 @@ async def test_a_pending_and_an_approved_answer_are_djangos_byte_for_byte(agent,
     assert served[:2] == django[:2]
 
 
-async def test_every_refusal_is_djangos(agent, other_agent, rita, fallbacks):
+async def test_every_refusal_is_djangos_or_ninjas(agent, other_agent, rita, fallbacks):
     action = await sync_to_async(make_action)(agent.agent)
     path = decision_path(action)
-    cases = [
+    handed_to_django = [
         (path, "timeout_s=0", None, 401, "not_authenticated"),
         (path, "timeout_s=0", "imp_a_not-a-key", 401, "not_authenticated"),
-        (path, "timeout_s=0", other_agent.key, 403, "forbidden"),
         (path, "timeout_s=0", rita.key, 403, "forbidden"),
-        ("/api/v1/actions/act_nope/decision", "timeout_s=0", agent.key, 404, "not_found"),
         (path, "timeout_s=-1", agent.key, 422, None),
         (path, "timeout_s=soon", agent.key, 422, None),
+        (path, "timeout_s=", agent.key, 422, None),
+        (path, "timeout_s=5&timeout_s=", agent.key, 422, None),
+        (path, "&".join(["f=1"] * 1001) + "&timeout_s=0", agent.key, 400, None),
         (path, "timeout_s=0&timeout_s=1", agent.key, 200, None),
     ]
-    for case_path, query, key, status, code in cases:
+    for case_path, query, key, status, code in handed_to_django:
         got_status, _, body = await get(case_path, query, key)
         assert got_status == status, (query, key, body)
         if code:
             assert body["code"] == code, body
-    # Each went to Django: the long-poll answered none of them itself.
-    assert len(fallbacks) == len(cases)
+    assert len(fallbacks) == len(handed_to_django)
+    # Refused by the service once the key is checked: the API's answer, as ninja gives it.
+    for case_path, key, status, code in [
+        (path, other_agent.key, 403, "forbidden"),
+        ("/api/v1/actions/act_nope/decision", agent.key, 404, "not_found"),
+    ]:
+        served = await get(case_path, "timeout_s=0", key)
+        django = await get(case_path, "timeout_s=0e0", key)
+        assert served == django
+        assert served[0] == status and served[2]["code"] == code
+    assert len(fallbacks) == len(handed_to_django) + 2  # only the 0e0 spellings
+
+
+async def test_a_key_handed_on_to_django_is_counted_once(rita, settings, fallbacks):
+    from identity import keys
+
+    settings.IMPRI_RATE_LIMIT_PER_MIN = 3
+    action_path = "/api/v1/actions/act_any/decision"
+    statuses = [(await get(action_path, "timeout_s=0", rita.key))[0] for _ in range(3)]
+    assert statuses == [403, 403, 403]  # a reviewer's key: Django's 403, not yet limited
+    assert len(fallbacks) == 3
+    # The fourth call in the minute is the first over the limit (each was counted once).
+    with pytest.raises(keys.RateLimited):
+        await sync_to_async(keys.authenticate)(rita.key)
+
+
+async def test_an_action_id_no_layer_takes_leaves_the_layer_up(agent):
+    await sync_to_async(make_action)(agent.agent)
+    status, _, body = await get("/api/v1/actions/" + "é" * 3 + "/decision", "timeout_s=0", agent.key)
+    assert status == 404
+    status, _, body = await get("/api/v1/actions/" + "a" * 120 + "/decision", "timeout_s=0", agent.key)
+    assert status == 404
+    assert waiting.hub().layer_ok  # not taken for a channel layer failure
 
 
 async def test_a_decision_wakes_the_wait_at_once(agent, rita, fallbacks):

@@ -52,3 +52,22 @@ async def test_it_is_always_true_and_takes_one_getter_at_a_time():
     with pytest.raises(RuntimeError, match="one getter"):
         await queue.get()
     first.cancel()
+
+
+async def test_a_message_given_back_goes_to_the_getter_parked_since():
+    queue = InputQueue()
+    first = asyncio.ensure_future(queue.get())
+    await asyncio.sleep(0)
+    queue.put_nowait({"type": "http.disconnect"})  # handed to the first getter, not yet run
+    first.cancel()
+    # A second reader parks before the first one runs (stepped by hand: a task's first
+    # step would be scheduled after the first getter's wake-up).
+    second = queue.get()
+    parked = second.send(None)
+    assert isinstance(parked, asyncio.Future) and not parked.done()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert parked.done()  # the message went to the parked reader, not back in the queue
+    with pytest.raises(StopIteration) as done:
+        second.send(None)
+    assert done.value.value == {"type": "http.disconnect"}

@@ -87,6 +87,9 @@ def run_worker(app, concurrency: int | None) -> None:
     except SecurityError as exc:
         raise CommandError(str(exc)) from exc
     worker.start()
+    # As `celery worker` ends: a worker stopped by an unrecoverable error exits non-zero,
+    # so that systemd or Docker restart it.
+    sys.exit(worker.exitcode or 0)
 
 
 def worker_arguments(app, concurrency: int | None) -> dict:
