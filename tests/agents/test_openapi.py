@@ -67,3 +67,23 @@ def test_every_cursor_of_the_documented_shape_is_accepted(agent, doc):
         assert agent.client().get("/actions", cursor=cursor).status_code == 200, cursor
     for cursor in ("", "abc", "1_a b"):
         assert agent.client().get("/actions", cursor=cursor).status_code == 422, cursor
+
+
+def test_servers_license_and_only_used_components(db, settings):
+    """What `redocly lint` (recommended) asks of the document (.ci/clients_check.py runs it):
+    a real server (no `servers: []`), a license, no component nothing refers to."""
+    settings.IMPRI_BASE_URL = ""
+    doc = Client().get("/api/v1/openapi.json").json()
+    assert doc["servers"] == [{"url": "/"}]  # this origin; the paths carry /api/v1
+    assert doc["info"]["license"]["identifier"] == "Apache-2.0"
+    text = str({k: v for k, v in doc.items() if k != "components"})
+    schemas = doc["components"]["schemas"]
+    refs = set(re.findall(r"#/components/schemas/(\w+)", text + str(schemas)))
+    assert set(schemas) == refs, set(schemas) ^ refs
+    assert "ListFilters" not in schemas  # its fields are the list's query parameters
+    assert {p["name"] for p in doc["paths"]["/api/v1/actions"]["get"]["parameters"]} >= {
+        "status", "kind", "cursor", "limit"
+    }  # fmt: skip
+    settings.IMPRI_BASE_URL = "https://impri.example.com"
+    doc = Client().get("/api/v1/openapi.json").json()
+    assert doc["servers"] == [{"url": "https://impri.example.com"}]
