@@ -40,7 +40,7 @@ def requirement_names(requirements: Iterable[str]) -> set[str]:
 
 RUNTIME = requirement_names(PROJECT["project"]["dependencies"])
 TEST_ONLY = requirement_names(PROJECT["project"]["optional-dependencies"]["test"]) - RUNTIME
-OWN = {name.split(".")[0] for name in PROJECT["tool"]["setuptools"]["packages"]}
+OWN = set(PROJECT["tool"]["impri"]["apps"])  # setup.py installs the packages under them
 
 
 def imported_modules(paths: Iterable[Path]) -> dict[str, set[Path]]:

@@ -61,6 +61,6 @@ def test_impri_starts_when_the_packages_are_its_own(tmp_path):
 
 
 def test_no_top_level_package_named_templates_is_installed():
-    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert "templates" not in setuptools["packages"]
-    assert setuptools["package-dir"]["impri.templates"] == "templates"
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]
+    assert "templates" not in tool["impri"]["apps"]  # setup.py finds packages under these only
+    assert tool["setuptools"]["package-dir"]["impri.templates"] == "templates"
