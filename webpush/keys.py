@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import functools
 import os
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -22,6 +23,9 @@ from py_vapid import Vapid
 from plumbing import public_url
 
 FILE_NAME = "vapid_private_key.pem"
+# A VAPID token's `exp` (RFC 8292: at most 24 hours ahead): half that, so a push service whose
+# clock runs hours behind ours still sees less than 24 hours. Each push signs a fresh token.
+VAPID_EXPIRY_S = 12 * 3600
 
 
 def b64url(data: bytes) -> str:
@@ -75,4 +79,5 @@ def authorization(endpoint: str) -> str:
     """The ``Authorization: vapid t=…, k=…`` header for one push service (its origin is ``aud``)."""
     parts = urlsplit(endpoint)
     audience = f"{parts.scheme}://{parts.netloc.rsplit('@', 1)[-1]}"
-    return vapid().sign({"aud": audience, "sub": subject()})["Authorization"]
+    claims = {"aud": audience, "sub": subject(), "exp": int(time.time()) + VAPID_EXPIRY_S}
+    return vapid().sign(claims)["Authorization"]

@@ -12,6 +12,7 @@ import base64
 import json
 import os
 import threading
+import time
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -167,6 +168,8 @@ def test_a_pushed_action_arrives_signed_and_decrypts_to_its_amount_then_410_forg
     public = ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), unb64url(fields["k"]))
     claims = jwt.decode(fields["t"], public, algorithms=["ES256"], audience=push_service.origin)
     assert claims["sub"].startswith(("mailto:", "https://"))
+    # 12 h ahead, well under RFC 8292's 24 h: a push service whose clock lags still accepts it.
+    assert 11 * 3600 < claims["exp"] - time.time() <= 12 * 3600
 
     message = browser.decrypt(request["body"])
     assert message["action_id"] == action.pk
