@@ -250,7 +250,7 @@ class GatewayServer(ImpriMCPServer):
             if action is None:
                 raise
             meta = _action_meta(action, inbox_url(action, _base_url(ctx)))
-            return await self._execute(ctx, agent, target, name, action, meta)
+            return await self._execute(ctx, agent, target, name, arguments, action, meta)
         # A call the upstream would refuse never reaches a reviewer.
         schema = (pin.definition or {}).get("inputSchema")
         if schema:
@@ -286,7 +286,7 @@ class GatewayServer(ImpriMCPServer):
                 meta,
             )
         if status == ActionStatus.APPROVED:
-            return await self._execute(ctx, agent, target, name, action, meta)
+            return await self._execute(ctx, agent, target, name, arguments, action, meta)
         await db_threads.run(services.delivered, action.pk)
         if status in (ActionStatus.EXECUTED, ActionStatus.FAILED):
             return _error(
@@ -296,10 +296,21 @@ class GatewayServer(ImpriMCPServer):
             )
         return _error(_refusal(name, action), meta)
 
-    async def _execute(self, ctx, agent, target: Target, name: str, action: Action, meta: dict):
+    async def _execute(
+        self, ctx, agent, target: Target, name: str, arguments: dict, action: Action, meta: dict
+    ):
         claims = grants.claims_for(action)
         grant = grants.sign(claims)
         approved = await db_threads.run(services.definition_of, action.pk)
+        problem = await db_threads.run(
+            services.payload_problem,
+            action.pk,
+            agent,
+            self.gateway,
+            name,
+            arguments,
+            action.payload,
+        )
         if not await db_threads.run(services.claim, action):
             await db_threads.run(services.delivered, action.pk)
             return _error(
@@ -327,6 +338,15 @@ class GatewayServer(ImpriMCPServer):
             meta["status"] = ActionStatus.FAILED.value
             return _error(text, meta)
 
+        if problem:
+            # Not what a reviewer approved for this call: never sent upstream.
+            await db_threads.run(services.refuse_mismatch, action, self.gateway, problem)
+            return await failed(
+                {"reason": "payload_mismatch", "problem": problem, "upstream": target.name},
+                f"Approved, but not executed: the approved payload of action {action.pk} is not "
+                f"this call of {name} with a reviewer's edits ({problem}), so Impri did not call "
+                "the upstream. The action is reported failed (payload_mismatch).",
+            )
         try:
             result = await upstream.call_tool(
                 target, name, action.payload, check=check, progress=_forwarder(ctx)

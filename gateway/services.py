@@ -8,6 +8,7 @@ the audit events of pass-through calls and upstream calls.
 
 from __future__ import annotations
 
+import copy
 import fnmatch
 import hashlib
 import json
@@ -125,66 +126,185 @@ def begin(
     that follows a rejection names it in its context, so the reviewer sees the
     repeat and the agent's answer says what happened to the first one.
 
-    The idempotency key counts the identical calls already answered, so
-    concurrent identical calls share one action (the database's unique key
-    decides). ``definition_sha256`` is the pinned definition the call was made
-    against: the upstream is called after approval only if it still offers it.
+    Only an action the gateway itself created for this gateway, tool and
+    argument digest counts (its ``GatedCall``, written in the push's
+    transaction; see :func:`_ours`): the idempotency key, which an agent can
+    compute, only makes concurrent identical calls share one action (the
+    database's unique key decides), and agents cannot write keys under
+    ``mcp-gateway:`` (``approvals.schemas.inputs.RESERVED_KEY_PREFIXES``).
+    ``definition_sha256`` is the pinned definition the call was made against:
+    the upstream is called after approval only if it still offers it.
     """
-    digest, key, existing, previous = _attached(agent, upstream, tool, arguments)
-    if existing is None:
-        policy = policy_for(upstream, tool)
-        data = ActionIn.model_validate(
-            {
-                "kind": kind_for(upstream.name, tool),
-                "title": title_for(policy, upstream.name, tool, arguments),
-                "preview": {"format": "json", "body": _preview(upstream.name, tool, arguments)},
-                "payload": arguments,
-                "editable": _editable(policy, arguments),
-                "context": _context(upstream, tool, previous, definition_sha256),
-                "idempotency_key": key,
-            }
-        )
-        try:
-            existing, _ = approvals.push_action(agent, data, money=_money(policy) or None)
-        except IdempotencyConflict:  # the policy changed between two identical calls
-            existing = Action.objects.get(agent=agent, idempotency_key=key)
-    GatedCall.objects.get_or_create(
-        action=existing,
-        defaults={
-            "agent": agent,
-            "gateway": upstream.name,
-            "tool": tool,
-            "arguments_sha256": digest,
-            "definition_sha256": definition_sha256,
-        },
+    digest = call_digest(upstream.name, tool, arguments)
+    for _ in range(3):  # another identical call may take the key between the read and the push
+        index, existing, previous = _attached(agent, upstream, tool, digest)
+        if existing is None:
+            existing = _push(
+                agent, upstream, tool, arguments, digest, index, previous, definition_sha256
+            )
+        if existing is not None:
+            return approvals.get_action_for_agent(existing.pk, agent)
+    raise IdempotencyConflict(f"identical calls of {tool} keep racing; call it again")
+
+
+def call_digest(gateway: str, tool: str, arguments: dict) -> str:
+    """What identifies a call: SHA-256 of the canonical JSON of gateway, tool and arguments."""
+    return arguments_sha256({"gateway": gateway, "tool": tool, "arguments": arguments})
+
+
+def _key(digest: str, index: int) -> str:
+    return f"{KEY_PREFIX}{digest}:{index}"
+
+
+def _push(agent, upstream, tool, arguments, digest, index, previous, definition_sha256):
+    """Push the call's action under key ``index`` with its ``GatedCall``, in one transaction.
+
+    None when another identical call took the key first: the caller reads again.
+    """
+    policy = policy_for(upstream, tool)
+    data = ActionIn.model_validate(
+        {
+            "kind": kind_for(upstream.name, tool),
+            "title": title_for(policy, upstream.name, tool, arguments),
+            "preview": {"format": "json", "body": _preview(upstream.name, tool, arguments)},
+            "payload": arguments,
+            "editable": _editable(policy, arguments),
+            "context": _context(upstream, tool, previous, definition_sha256),
+        }
     )
-    return approvals.get_action_for_agent(existing.pk, agent)
+    # The key is set after validation: ActionIn refuses a reserved key from anyone.
+    data = data.model_copy(update={"idempotency_key": _key(digest, index)})
+    try:
+        with transaction.atomic():
+            action, created = approvals.push_action(agent, data, money=_money(policy) or None)
+            if not created:
+                return None
+            GatedCall.objects.create(
+                action=action,
+                agent=agent,
+                gateway=upstream.name,
+                tool=tool,
+                arguments_sha256=digest,
+                definition_sha256=definition_sha256,
+            )
+    except IdempotencyConflict:  # the policy changed between two identical calls
+        return None
+    return action
 
 
-def _attached(agent: Agent, upstream: Upstream, tool: str, arguments: dict):
-    """``(digest, key, the open action an identical call attaches to or None, the settled one before)``."""
-    digest = arguments_sha256({"gateway": upstream.name, "tool": tool, "arguments": arguments})
-    answered = GatedCall.objects.filter(
+def _attached(agent: Agent, upstream: Upstream, tool: str, digest: str):
+    """``(the key's index, the open action an identical call attaches to or None, the settled one before)``.
+
+    Keys are tried from the number of identical calls already answered; an
+    action under a key that is not the gateway's own for this call (one an
+    agent planted before keys under ``mcp-gateway:`` were refused) is passed
+    over, never attached to.
+    """
+    index = GatedCall.objects.filter(
         agent=agent, arguments_sha256=digest, delivered_at__isnull=False
     ).count()
-    key = f"{KEY_PREFIX}{digest}:{answered}"
-    existing = Action.objects.filter(agent=agent, idempotency_key=key).first()
     previous = None
-    while existing is not None and existing.effective_status not in OPEN:
-        delivered(existing.pk)  # settled: nobody attaches to it any more
-        previous = existing
-        answered += 1
-        key = f"{KEY_PREFIX}{digest}:{answered}"
-        existing = Action.objects.filter(agent=agent, idempotency_key=key).first()
-    return digest, key, existing, previous
+    while True:
+        found = (
+            Action.objects.filter(agent=agent, idempotency_key=_key(digest, index))
+            .select_related("gated_call")
+            .first()
+        )
+        if found is None:
+            return index, None, previous
+        if _ours(found, agent, upstream.name, tool, digest):
+            if found.effective_status in OPEN:
+                return index, found, previous
+            delivered(found.pk)  # settled: nobody attaches to it any more
+            previous = found
+        index += 1
+
+
+def _ours(action: Action, agent: Agent, gateway: str, tool: str, digest: str) -> bool:
+    """The gateway made ``action`` for this very call: its GatedCall, kind and pushed arguments agree."""
+    try:
+        call = action.gated_call
+    except GatedCall.DoesNotExist:
+        return False
+    return (
+        call.agent_id == agent.pk
+        and call.gateway == gateway
+        and call.tool == tool
+        and call.arguments_sha256 == digest
+        and action.kind == kind_for(gateway, tool)
+        and call_digest(gateway, tool, action.original_payload) == digest
+    )
 
 
 def approved_for(agent: Agent, upstream: Upstream, tool: str, arguments: dict) -> Action | None:
     """The approved, not yet executed action an identical call would carry out, if any."""
-    existing = _attached(agent, upstream, tool, arguments)[2]
+    existing = _attached(agent, upstream, tool, call_digest(upstream.name, tool, arguments))[1]
     if existing is None or existing.effective_status != ActionStatus.APPROVED:
         return None
     return approvals.get_action_for_agent(existing.pk, agent)
+
+
+def payload_problem(
+    action_id: str, agent: Agent, gateway: str, tool: str, arguments: dict, sending: dict
+) -> str:
+    """Why the approved payload is not this call's arguments with the reviewer's edits, or "".
+
+    Checked just before the upstream is called with ``sending``: the action must be the
+    gateway's own for this agent, gateway, tool and arguments, and its payload
+    the pushed arguments with only editable paths changed, each to a value of
+    the same type within its bounds (``approvals.apply_edits``,
+    the check a reviewer's edit passed).
+    """
+    action = Action.objects.select_related("gated_call").filter(pk=action_id).first()
+    digest = call_digest(gateway, tool, arguments)
+    if action is None or not _ours(action, agent, gateway, tool, digest):
+        return "the action is not the one the gateway made for this call"
+    edits: dict = {}
+    if not _leaf_edits(action.original_payload, action.payload, "payload", edits):
+        return "the approved payload differs from the call's arguments beyond single values"
+    pushed = copy.copy(action)  # the edits applied to what the agent's call carried
+    pushed.payload = copy.deepcopy(action.original_payload)
+    try:
+        edited = approvals.apply_edits(pushed, edits)
+    except ImpriError as exc:
+        return str(exc)
+    if canonical_json(edited) != canonical_json(action.payload) or canonical_json(
+        sending
+    ) != canonical_json(action.payload):
+        return "the approved payload is not the call's arguments with the reviewer's edits"
+    return ""
+
+
+def _leaf_edits(original, now, path: str, edits: dict) -> bool:
+    """Collect ``{path: value}`` for each scalar that differs; False if the shapes differ."""
+    if isinstance(original, dict) and isinstance(now, dict):
+        if set(original) != set(now):
+            return False
+        return all(_leaf_edits(original[k], now[k], f"{path}.{k}", edits) for k in original)
+    if isinstance(original, list) and isinstance(now, list):
+        if len(original) != len(now):
+            return False
+        return all(
+            _leaf_edits(a, b, f"{path}.{i}", edits)
+            for i, (a, b) in enumerate(zip(original, now, strict=True))
+        )
+    if isinstance(original, dict | list) or isinstance(now, dict | list):
+        return False
+    if canonical_json(original) != canonical_json(now):
+        edits[path] = now
+    return True
+
+
+def refuse_mismatch(action: Action, gateway: str, problem: str) -> None:
+    """Audit a gated call refused because its approved payload is not the call's (no upstream call)."""
+    with transaction.atomic():
+        audit.record(
+            "gateway.payload_mismatch",
+            actor_type=ActorType.SYSTEM,
+            actor_id=f"gateway:{gateway}",
+            action_id=action.pk,
+            data={"problem": problem, "payload_sha256": approvals.payload_sha256(action.payload)},
+        )
 
 
 def _context(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Annotated, Any, Literal
 
 from django.conf import settings
@@ -28,6 +29,21 @@ from .validation import (
     json_problem,
     resolve_path,
 )
+
+
+# Idempotency keys Impri derives for itself (the gateway's ``mcp-gateway:<digest>:<n>``) live
+# under these prefixes, compared after NFKC and case folding: no agent may write one, at any
+# door (docs/security.md, "Impri's own identifiers").
+RESERVED_KEY_PREFIXES = ("impri:", "mcp-gateway:")
+
+
+def reserved_key_problem(key: str) -> str | None:
+    """Why an agent may not use ``key`` as an idempotency key (it is Impri's), or None."""
+    folded = unicodedata.normalize("NFKC", key).casefold().strip()
+    for prefix in RESERVED_KEY_PREFIXES:
+        if folded.startswith(prefix):
+            return f"keys starting with {prefix!r} are reserved for Impri's own use"
+    return None
 
 
 class EditableIn(StrictModel):
@@ -144,6 +160,14 @@ class ActionIn(StrictModel):
             raise ValueError(f"title must be at most {limit} characters (got {len(value)})")
         if "\n" in value or "\r" in value:
             raise ValueError("title must be a single line")
+        return value
+
+    @field_validator("idempotency_key")
+    @classmethod
+    def _idempotency_key(cls, value: str | None) -> str | None:
+        problem = None if value is None else reserved_key_problem(value)
+        if problem:
+            raise ValueError(f"idempotency_key: {problem}")
         return value
 
     @field_validator("target_url")

@@ -26,6 +26,7 @@ from .. import events, money, outbox
 from ..errors import IdempotencyConflict, InvalidInput
 from ..models import Action, ActionStatus, Agent, Notification
 from ..schemas import ActionIn
+from ..schemas.inputs import reserved_key_problem
 from .common import _announce, _atomic, default_group, payload_sha256
 from .selectors import _load
 
@@ -53,6 +54,8 @@ def push_action(
     """
     if idempotency_key and data.idempotency_key and idempotency_key != data.idempotency_key:
         raise InvalidInput("idempotency_key", "differs from the Idempotency-Key header")
+    if idempotency_key and reserved_key_problem(idempotency_key):  # the body's: ActionIn's check
+        raise InvalidInput("Idempotency-Key", reserved_key_problem(idempotency_key))
     key = idempotency_key or data.idempotency_key
     # ``supersedes`` counts only when given, so a push hashes as it did before the field existed.
     unhashed = {"idempotency_key"} | ({"supersedes"} if data.supersedes is None else set())
