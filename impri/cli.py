@@ -33,6 +33,7 @@ def version() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    drop_working_directory()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "impri.settings")
     args = sys.argv[1:] if argv is None else argv
     if args in (["--version"], ["version"]):
@@ -64,6 +65,19 @@ def main(argv: list[str] | None = None) -> None:
     from django.core.management import execute_from_command_line
 
     execute_from_command_line(["impri", *args])
+
+
+def drop_working_directory() -> None:
+    """Impri imports its own packages, never a namesake in the folder it was started from.
+
+    ``python -m impri`` puts the working directory first on ``sys.path``, so do Celery's
+    Django fix-up (when ``plumbing.celery`` creates the app, on importing ``impri``) and
+    daphne's command line (``impri serve`` drops it again once the server runs): started
+    in a folder that holds a ``rules/`` or ``audit/`` package, Impri would run that code,
+    and started in a checkout, the source tree instead of the installed package.
+    """
+    here = os.path.realpath(os.getcwd())
+    sys.path[:] = [entry for entry in sys.path if os.path.realpath(entry or ".") != here]
 
 
 def _fail(message: str) -> None:

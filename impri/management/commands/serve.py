@@ -65,6 +65,11 @@ class Command(BaseCommand):
         )
         listening.install()
         shutdown.install(reactor)
+        # Daphne's command line puts "." first on sys.path and imports the application: the
+        # application is imported here first, and "." dropped as soon as the server runs.
+        from impri import asgi  # noqa: F401
+
+        reactor.callWhenRunning(cli.drop_working_directory)
         # -v 0: no daphne access log on stdout; impri.logs.AccessLog logs each request.
         daphne_args = ["-v", "0", "-e", listen_endpoint(host, port, settings.IMPRI_LISTEN_BACKLOG)]
         if proxy_headers:
