@@ -16,10 +16,15 @@ from .models import Action
 def edit_bounds(action: Action, path: str) -> dict:
     """The bounds an edit of ``path`` must keep to (fixed at push; see rules.bounds.effective_bounds).
 
-    An action pushed before bounds were fixed per path gets the money default.
+    An action pushed before bounds were fixed per path gets the money default; one of a
+    kind that declares no money is held to the closed world's bounds whenever it was pushed.
     """
     bounds = action.edit_bounds or {}
+    closed = money.is_closed(action)
+    original = action.original_payload
     if path in bounds:
-        return bounds[path] or {}
-    paths = money.money_paths(action, action.original_payload)
-    return effective_bounds([path], action.original_payload, {}, {}, paths)[path]
+        if not closed:
+            return bounds[path] or {}
+        return effective_bounds([path], original, {path: bounds[path] or {}}, {}, closed=True)[path]
+    paths = money.money_paths(action, original)
+    return effective_bounds([path], original, {}, {}, paths, closed=closed)[path]

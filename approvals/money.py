@@ -6,9 +6,17 @@ all read an action's amounts here, and so see the same figure for the same
 action. The reading itself is pure and lives in ``rules.money`` (the rules
 need it too); this module ties it to an ``Action``: the declaration fixed at
 push (``Action.money``), or the detector for a kind that declares nothing.
+
+The closed world (issue 39): what the guards hold (``held``) is the declared
+amounts, totalled per currency by ``rules.money``; a kind that declares no money
+moves an unknown amount (``rules.money.unknown_amount``), over every threshold,
+unless ``IMPRI_UNDECLARED_KINDS=detect``. What the detector finds in such a
+payload is still shown (``amounts``), marked not declared.
 """
 
 from __future__ import annotations
+
+from django.conf import settings
 
 from rules.money import (
     ISO_4217,
@@ -23,6 +31,8 @@ from rules.money import (
     largest,
     minor_units,
     shown,
+    totals,
+    unknown_amount,
 )
 from rules.money import amounts as read_amounts
 
@@ -37,6 +47,8 @@ __all__ = [
     "amounts",
     "at_or_above",
     "guarded",
+    "held",
+    "is_closed",
     "iso_currency",
     "largest",
     "minor_units",
@@ -45,6 +57,7 @@ __all__ = [
     "primary_path",
     "shown",
     "specs_of",
+    "totals",
 ]
 
 
@@ -56,14 +69,29 @@ def specs_of(action) -> list[MoneySpec] | None:
 
 
 def amounts(action, payload: dict | None = None) -> list[Amount]:
-    """The action's amounts in ``payload`` (default: its current payload)."""
+    """The action's amounts in ``payload`` (default: its current payload), as shown: the
+    declared ones, or for an undeclared kind what the detector finds (``declared`` False)."""
     document = {"payload": action.payload if payload is None else payload}
     return read_amounts(document, specs_of(action))
 
 
+def is_closed(action) -> bool:
+    """True when the action's kind declares no money and the world is closed (the default)."""
+    return action.money is None and settings.IMPRI_UNDECLARED_KINDS != "detect"
+
+
+def held(action, payload: dict | None = None) -> list[Amount]:
+    """The amounts every guard holds (step-up, the Slack ceiling, the amount columns): the
+    declared ones; for an undeclared kind one unknown amount, over every threshold
+    (``IMPRI_UNDECLARED_KINDS=detect``: the detector's)."""
+    if is_closed(action):
+        return [unknown_amount(action.kind)]
+    return amounts(action, payload)
+
+
 def guarded(action, payload: dict | None = None) -> Amount | None:
-    """The amount thresholds are held against: an unreadable one first, else the largest."""
-    return largest(amounts(action, payload))
+    """The amount thresholds are held against: an unreadable one first, else the largest total."""
+    return largest(held(action, payload))
 
 
 def _primary(action, payload: dict | None) -> Amount | None:
@@ -108,7 +136,10 @@ def stored_amount(
     action, payload: dict | None = None, found: list[Amount] | None = None
 ) -> tuple[int | None, str]:
     """``(amount_minor, amount_currency)`` of ``payload`` (default: the action's), as its columns
-    keep them; ``found``: its amounts, when the caller has read them already."""
+    keep them (the largest total of a currency; none for an undeclared kind, whose amount is
+    unknown); ``found``: its amounts, when the caller has read them already."""
+    if is_closed(action):
+        return None, ""
     top = largest(found if found is not None else amounts(action, payload))
     if top is None or top.minor is None:
         return None, ""

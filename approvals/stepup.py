@@ -5,12 +5,14 @@ lock with the payload about to be approved; a refusal rolls the decision back
 and is audited in a transaction of its own, so the inbox, REST and any later
 adapter get the same answer.
 
-The amount is the one every money guard reads (``approvals.money``): the
-action's declared amounts (its kind's ``money:``), or for a kind that declares
-none, what the detector finds under any spelling of a money key, in the
-payload that would be approved (the agent's payload with the reviewer's
-edits). An amount that can't be read as a whole number of minor units counts
-as over the threshold (fail closed). An approval at or above the
+The amount is the one every money guard reads (``approvals.money.held``): the
+total per currency of the action's declared amounts (its kind's ``money:``), in
+the payload that would be approved (the agent's payload with the reviewer's
+edits). A kind that declares no money moves an unknown amount, over the
+threshold (``IMPRI_UNDECLARED_KINDS=strict``, the default; ``detect`` reads
+what the detector finds instead), and a service token can't approve it even
+with no threshold set. An amount that can't be read as a whole number of
+minor units counts as over the threshold (fail closed). An approval at or above the
 threshold passes when the caller presents:
 
 * a session (the inbox) whose last second factor is at most ten minutes old
@@ -93,11 +95,12 @@ def threshold() -> int | None:
 
 
 def reaching(action: Action, payload: dict | None = None) -> money.Amount | None:
-    """The amount of ``payload`` (default: the action's) at or above the threshold, if any."""
+    """The amount of ``payload`` (default: the action's) at or above the threshold, if any:
+    the largest total of a currency, or an unknown amount (an undeclared kind: over it)."""
     limit = threshold()
     if limit is None:
         return None
-    return money.at_or_above(money.amounts(action, payload), limit)
+    return money.at_or_above(money.held(action, payload), limit)
 
 
 def needs_step_up(action: Action, payload: dict | None = None) -> bool:
@@ -115,7 +118,12 @@ class Refused(Exception):
     """Raised under the decision's lock; ``decide`` rolls back, then ``refuse`` audits it."""
 
     def __init__(
-        self, action: Action, by, credential: Credential | None, amount: money.Amount, limit: int
+        self,
+        action: Action,
+        by,
+        credential: Credential | None,
+        amount: money.Amount,
+        limit: int | None,
     ):
         super().__init__(action.pk)
         self.action, self.by, self.credential = action, by, credential
@@ -130,11 +138,19 @@ def check(action: Action, *, by, payload: dict) -> None:
     own refusals (outsider, owner, stale figure, bad edits): the figure checked is
     the figure approved, whatever other reviewers did in between.
     """
+    credential = _presented.get()
     amount = reaching(action, payload)
+    if (
+        amount is None
+        and money.is_closed(action)
+        and credential
+        and credential.kind == "service_token"
+    ):
+        # A program never approves what Impri can't measure, threshold or not (issue 39).
+        amount = money.unknown_amount(action.kind)
     if amount is None:
         return
     limit = threshold()
-    credential = _presented.get()
     if credential is not None and credential.kind == "token":
         return
     if is_fresh(credential):
@@ -156,6 +172,7 @@ def refuse(refused: Refused) -> StepUpRequired:
             data={
                 "amount_cents": refused.amount.minor,
                 "amount_path": refused.amount.path,
+                **({"kind_undeclared": True} if refused.amount.undeclared_kind else {}),
                 "step_up_cents": refused.limit,
                 "credential": kind,
                 **({"key_prefix": credential.prefix} if credential and credential.prefix else {}),
@@ -168,8 +185,15 @@ def refuse(refused: Refused) -> StepUpRequired:
     )
 
 
-def _why(kind: str, amount: money.Amount, limit: int) -> str:
-    if amount.minor is None:
+def _why(kind: str, amount: money.Amount, limit: int | None) -> str:
+    if amount.undeclared_kind:
+        figures = (
+            f"kind {amount.undeclared_kind!r} is not declared, so the amount it moves is unknown "
+            "and counts as above every limit; declare it under kinds: in the rules file "
+            "(money: [{amount: payload.<path>, currency: payload.<path>}], or money: [] if it "
+            'moves no money; docs/rules.md, "Kinds and money")'
+        )
+    elif amount.minor is None:
         figures = (
             f"{amount.path} {amount.problem}, which Impri cannot read as a whole number of "
             f"minor units, so it counts as above the step-up limit of {limit}"
@@ -181,7 +205,9 @@ def _why(kind: str, amount: money.Amount, limit: int) -> str:
         )
     if kind == "service_token":
         return (
-            f"a service token cannot approve this action: {figures} (IMPRI_STEP_UP_CENTS), "
+            f"a service token cannot approve this action: {figures}"
+            + (" (IMPRI_STEP_UP_CENTS)" if limit is not None else "")
+            + ", "
             "which needs a person with a second factor; approve it in the inbox"
         )
     if kind == "session":

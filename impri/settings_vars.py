@@ -55,6 +55,7 @@ VARIABLES: list[Var] = [
     Var("IMPRI_LAYER_CAPACITY", "10000", "`10000`", "messages one channel may hold (each process's waiter hub has one channel)", "serve, worker"),
     Var("IMPRI_MCP_AWAIT_CAP_S", "50", "`50`", "MCP wait cap without a progress token", "serve, mcp"),
     Var("IMPRI_MCP_PROGRESS_EVERY_S", "12", "`12`", "MCP progress notification interval", "serve, mcp"),
+    Var("IMPRI_UNDECLARED_KINDS", "strict", "`strict`", "a kind that declares no money (rules file `kinds:`, a gateway tool's `money:`) moves an unknown amount, held over every threshold: no service token, Slack or `auto_approve` rule approves it, the inbox asks for the second factor; `detect` reads its payload with the detector instead, for a migration period only (warned at start; [docs/rules.md](docs/rules.md))", "serve, mcp, worker"),
     Var("IMPRI_DEFAULT_GROUP", "reviewers", "`reviewers`", "reviewer group for actions no rule routes elsewhere", "serve, mcp"),
     Var("IMPRI_RATE_LIMIT_PER_MIN", "600", "`600`", "requests per minute per key (429 above); `0` is off", "serve, mcp"),
     Var("IMPRI_AUDIT_CHECKPOINT_KEY", "", "`SECRET_KEY`", "signs audit checkpoints (`impri audit checkpoint`) and the stored verification runs that routine verification starts from", "serve, worker, beat, audit"),

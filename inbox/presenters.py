@@ -49,6 +49,13 @@ def money_warnings(action: Action) -> list[str]:
     that declares none.
     """
     out = []
+    if action_money.is_closed(action):
+        out.append(
+            f"The kind {action.kind} is not declared (kinds: in the rules file), so Impri can't "
+            "know what it moves: it counts as over every limit (step-up, Slack), no rule "
+            "approves it, and no number may be raised. Any amount shown is the detector's "
+            "guess, not declared"
+        )
     for amount in action_money.amounts(action):
         if amount.minor is None:
             out.append(
@@ -69,6 +76,25 @@ def money_warnings(action: Action) -> list[str]:
         if not amount.declared and amount.minor <= 0:
             word = "negative" if amount.minor < 0 else "zero"
             out.append(f"{amount.path} is {word}: check what the agent will do with it")
+    return out
+
+
+@dataclass(frozen=True)
+class Total:
+    """What an action moves in one currency, and the amounts it adds up (several of them)."""
+
+    money: Money
+    parts: tuple[tuple[str, Money], ...]
+
+
+def money_totals(action: Action) -> list[Total]:
+    """The action's totals per currency that add up more than one amount (the inbox shows
+    the total the guards hold, and its parts); none when each currency has one amount."""
+    out = []
+    for total in action_money.totals(action_money.amounts(action)):
+        if total.parts and total.money is not None:
+            parts = tuple((a.path, a.money) for a in total.parts if a.money is not None)
+            out.append(Total(total.money, parts))
     return out
 
 

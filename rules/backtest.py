@@ -20,7 +20,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from . import engine
-from .kinds import KindSpec, declaration, payload_problems
+from .kinds import KindSpec, declaration, hold_undeclared, payload_problems
 from .money import Money, MoneySpec, amounts
 from .services import budget_amount, budget_scope, window_start
 
@@ -117,7 +117,7 @@ def backtest(
     spent: dict[tuple, Decimal] = {}
     for pushed_at, view in history:
         view = _declared(view, kinds)
-        verdict = engine.evaluate(rules, view)
+        verdict = _evaluate(rules, view)
         outcome = verdict.outcome
         if (
             outcome == "auto_approve"
@@ -133,6 +133,14 @@ def backtest(
         if outcome == "auto_approve":
             _add_amount(report, view, amount_path)
     return report
+
+
+def _evaluate(rules: list[engine.Rule], view: dict) -> engine.Verdict:
+    """The verdict a push would get: an undeclared kind's auto-approval goes to review (strict)."""
+    verdict = engine.evaluate(rules, view)
+    if view.get("money") is None and settings.IMPRI_UNDECLARED_KINDS != "detect":
+        return hold_undeclared(verdict, str(view.get("kind")))
+    return verdict
 
 
 def _declared(view: dict, kinds: dict[str, KindSpec] | None) -> dict:
@@ -174,7 +182,7 @@ def dry_run(rules: list[engine.Rule], view: dict, kinds: dict[str, KindSpec] | N
     spec = declaration(kinds or {}, view.get("kind"))
     problems = payload_problems(spec, view.get("payload")) if spec is not None else []
     view = _declared(view, kinds or {})
-    verdict = engine.evaluate(rules, view)
+    verdict = _evaluate(rules, view)
     lines = [f"refused at push: {path}: {message}" for path, message in problems]
     lines += [
         f"verdict: {verdict.outcome}",
@@ -203,7 +211,11 @@ def _amounts_text(view: dict, spec: KindSpec | None) -> str:
     declared = view.get("money")
     specs = [MoneySpec.from_dict(m) for m in declared] if declared is not None else None
     found = amounts({"payload": view.get("payload")}, specs)
-    source = f"declared by {spec.name}" if specs is not None and spec else "found by the detector"
+    source = (
+        f"declared by {spec.name}"
+        if specs is not None and spec
+        else "found by the detector; the kind is not declared"
+    )
     if not found:
         return f"none ({source})"
     shown = [
@@ -213,6 +225,26 @@ def _amounts_text(view: dict, spec: KindSpec | None) -> str:
         for a in found
     ]
     return "; ".join(shown) + f" ({source})"
+
+
+def undeclared_kinds(
+    history: Iterable[PastAction], kinds: dict[str, KindSpec]
+) -> list[tuple[str, int, datetime]]:
+    """The kinds in ``history`` that no declaration covers: ``(kind, actions, last pushed)``.
+
+    Covered: declared by ``kinds`` (the rules in force, with the defaults) or by the action
+    itself at push (a gateway tool's ``money:``). What an operator must declare before
+    ``IMPRI_UNDECLARED_KINDS=strict`` holds them all for review (docs/rules.md).
+    """
+    seen: dict[str, tuple[int, datetime]] = {}
+    for pushed_at, view in history:
+        kind = str(view.get("kind"))
+        spec = declaration(kinds, kind)
+        if view.get("money") is not None or (spec is not None and spec.money is not None):
+            continue
+        count, _ = seen.get(kind, (0, pushed_at))
+        seen[kind] = (count + 1, pushed_at)
+    return [(kind, count, last) for kind, (count, last) in sorted(seen.items())]
 
 
 SINCE_RE = re.compile(r"^(\d+)([dhm])$")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from .engine import is_number, lookup
+from .money import decimal_of
 
 DEFAULT_MONEY_BOUNDS = {"min": 1, "max": "original"}
 
@@ -32,6 +33,8 @@ def effective_bounds(
     rule_bounds: dict,
     push_bounds: dict,
     money_paths: dict[str, str] | None = None,
+    *,
+    closed: bool = False,
 ) -> dict:
     """The ``{min, max}`` a reviewer's edit must keep to, per editable path.
 
@@ -42,6 +45,9 @@ def effective_bounds(
        removes one): rules may widen or narrow.
     3. The agent's own ``{min, max}`` from ``editable`` can only narrow: the
        tighter of the two limits wins.
+    4. ``closed``: the kind declares no money (the closed world), so any number may be
+       money: whatever the rule says, no number may move away from zero (``0 <= value
+       <= original``, or ``original <= value <= 0``), and numeric text may not change.
     """
     money_paths = money_paths or {}
     out = {}
@@ -51,9 +57,21 @@ def effective_bounds(
         limits.update(rule_bounds.get(path) or {})
         for key, limit in (push_bounds.get(path) or {}).items():
             limits[key] = _tighter(key, limits.get(key), limit, value)
+        if closed:
+            for key, limit in _closed(value).items():
+                limits[key] = _tighter(key, limits.get(key), limit, value)
         # Every editable path is listed, {} when unbounded, so a rule's null is kept as meant.
         out[path] = {key: limit for key, limit in limits.items() if limit is not None}
     return out
+
+
+def _closed(original: Any) -> dict:
+    """The bounds a field of an undeclared kind keeps to: never further from zero."""
+    if is_number(original):
+        return {"min": 0, "max": "original"} if original >= 0 else {"min": "original", "max": 0}
+    if isinstance(original, str) and decimal_of(original, text=True) is not None:
+        return {"max": "original"}  # text is no number: bound_problem refuses every change
+    return {}
 
 
 def _tighter(key: str, current: Any, proposed: Any, original: Any) -> Any:

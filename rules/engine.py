@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import fnmatch
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from .paths import index_of, path_problem
 
 OPERATORS = ("eq", "ne", "lt", "lte", "gt", "gte", "in", "not_in", "contains", "exists")
 OUTCOMES = ("auto_approve", "auto_reject", "review")
@@ -41,6 +44,10 @@ RULE_KEYS = {
     "escalate_after_s",
     "escalate_to",
 }
+# What a rule's ``kind:`` may be: an accepted kind's characters (approvals.schemas.validation
+# KIND_RE) and fnmatch's globs; anything else (uppercase, spaces, invisible characters)
+# could never match and is refused at import rather than silently matching nothing.
+KIND_GLOB = re.compile(r"[a-z0-9_.*?\[\]!-]{1,100}")
 PATH_ROOTS = ("payload", "flags", "context", "kind", "agent")
 MISSING = object()
 
@@ -154,6 +161,13 @@ def parse_rule(item: Any, index: int = 0) -> Rule:
     if then not in OUTCOMES:
         raise RuleError(name, "then", f"must be one of {', '.join(OUTCOMES)}, not {then!r}")
     kind = _text(name, item, "kind", "*")
+    if not KIND_GLOB.fullmatch(kind):
+        raise RuleError(
+            name,
+            "kind",
+            f"{kind!r} could never match a kind: kinds are dotted lowercase words (a-z, 0-9, "
+            "'_', '-'), optionally with the globs * ? [ ] (e.g. payment.*)",
+        )
     agent = item.get("agent")
     if agent is not None and (not isinstance(agent, str) or not agent):
         raise RuleError(name, "agent", "must be an agent name (or a glob)")
@@ -295,6 +309,8 @@ def _edit_bounds(rule: str, raw: Any) -> dict:
         where = f"edit_bounds.{path}"
         if not isinstance(path, str) or not path.startswith("payload."):
             raise RuleError(rule, where, "paths must be under payload.")
+        if path_problem(path):
+            raise RuleError(rule, where, path_problem(path) or "")
         if not isinstance(limits, dict) or not limits or set(limits) - {"min", "max"}:
             raise RuleError(rule, where, "must be {min: …, max: …} (either may be omitted)")
         for key, value in limits.items():
@@ -412,8 +428,8 @@ def lookup(document: dict, path: str) -> Any:
     for part in path.split("."):
         if isinstance(node, dict) and part in node:
             node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
+        elif isinstance(node, list) and (index := index_of(part)) is not None and index < len(node):
+            node = node[index]  # one spelling: "0", never "00", "０" or "+0" (rules.paths)
         else:
             return MISSING
     return node

@@ -20,16 +20,19 @@ rules file may redeclare them. See docs/rules.md.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jsonschema
 
-from .engine import RuleError
+from .engine import RuleError, Verdict
 from .money import MoneySpec, money_problems, money_spec_problem
 
 KIND_KEYS = {"schema", "money"}
-KIND_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+# An accepted kind as a push spells it (approvals.schemas.validation.KIND_RE): a
+# ``kinds:`` entry spelled otherwise (uppercase, spaces, invisible characters)
+# could never be pushed, so it is refused rather than imported to match nothing.
+KIND_NAME = re.compile(r"(?=.{1,100}$)[a-z0-9_-]+(\.[a-z0-9_-]+)*")
 
 
 class KindError(RuleError):
@@ -79,7 +82,10 @@ def parse_kinds(raw: Any) -> dict[str, KindSpec]:
 def parse_kind(name: Any, raw: Any) -> KindSpec:
     if not isinstance(name, str) or not KIND_NAME.fullmatch(name):
         raise KindError(
-            str(name), "", "a kind is letters, digits, '.', '_' and '-' (e.g. psp.refund)"
+            ascii(name) if isinstance(name, str) else str(name),
+            "",
+            "could never match a kind: a kind is dotted lowercase words of a-z, 0-9, '_' and "
+            "'-', exactly as agents push it (e.g. psp.refund)",
         )
     if raw is None:
         raw = {}
@@ -148,3 +154,24 @@ def _error_path(error: jsonschema.ValidationError) -> str:
         if missing:
             return f"{path}.{missing[0]}"
     return path
+
+
+def hold_undeclared(verdict: Verdict, kind: str) -> Verdict:
+    """An auto-approval of a kind that declares no money goes to review (the closed world).
+
+    Impri can't know what such an action moves, so no rule may approve it unseen;
+    ``approvals.services.pushing`` and the backtest call this when
+    ``IMPRI_UNDECLARED_KINDS=strict``.
+    """
+    if verdict.outcome != "auto_approve":
+        return verdict
+    why = (
+        f"kind not declared: {kind!r} declares no money (kinds: in the rules file; money: [] "
+        "if it moves none), so what it moves is unknown: review"
+    )
+    return replace(
+        verdict,
+        outcome="review",
+        budget=None,
+        trace=[*verdict.trace, {"rule": verdict.rule, "matched": True, "why": why}],
+    )

@@ -4,37 +4,42 @@ Pure, like the engine (no database, no settings): the one reading of money that
 every guard shares. An action's amounts come from its kind's declaration
 (``kinds:`` in the rules file, a gateway tool's ``money:``, or the built-in
 ``payment.refund`` and ``payment.charge``): the declared paths and nothing else.
-A kind that declares nothing falls back to the detector, which finds money by
-meaning rather than by one spelling: keys are normalised (Unicode NFKC, format
-characters such as zero-width spaces removed, camelCase split, case-folded) and
-a key ending in ``cents`` or ``minor``, or with the word ``amount`` in it, is
-money; numeric text (``"1.5e5"``, ``"150,000"``) is read as a number. A value
-under such a key that cannot be read as a whole number of minor units fails
-closed: it counts as over every threshold (``Amount.minor is None``).
+A path may name each element of a list (``payload.lines.*.amount_cents``); an
+amount is in minor units (a JSON integer) or, with ``minor_units: false``, in
+major units (a JSON number or decimal text such as ``"1500.00"``, at most the
+currency's decimals). An action's money is its total per currency (``totals``):
+every threshold is held against it, each currency on its own.
+
+A kind that declares nothing moves an unknown amount (``unknown_amount``: the
+closed world, ``approvals.money``); the detector (``rules.detector``) still
+reads such a payload, for display. A value that cannot be read as a whole
+number of minor units fails closed: it counts as over every threshold
+(``Amount.minor is None``).
 
 See docs/rules.md ("Kinds and money") and docs/security.md.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import re
 import unicodedata
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from .currencies import ISO_4217, MINOR_UNITS
 from .engine import MISSING, lookup
+from .paths import WILDCARD, path_problem
 
 SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£", "JPY": "¥", "INR": "₹", "KRW": "₩"}
 SIGNS = ("positive", "any")
 # The largest integer every JSON reader holds exactly (I-JSON, RFC 7493 §2.2).
 MAX_EXACT_INTEGER = 2**53 - 1
 _WHOLE = re.compile(r"-?[0-9]+")
+# A declared amount in major units as text: "1500.00", "-5", never "1,500", "1e3" or "+5".
+_DECIMAL_TEXT = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?")
 _NUMERIC_TEXT = re.compile(
     r"[+-]?(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
 )
@@ -136,10 +141,12 @@ def money_spec_problem(raw: Any, root: str = "payload") -> tuple[str, str] | Non
         return unknown[0], "unknown key (allowed: amount, currency, minor_units, sign)"
     amount = raw.get("amount")
     if not _is_path(amount, root):
-        return "amount", f"must be a dotted path under {root}., e.g. {root}.amount_cents"
+        return "amount", _path_words(root, amount)
     currency = raw.get("currency")
     if not (_is_path(currency, root) or (isinstance(currency, str) and currency in ISO_4217)):
         return "currency", f"must be a path under {root}. or an ISO 4217 code such as USD"
+    if currency.split(".").count(WILDCARD) > amount.split(".").count(WILDCARD):
+        return "currency", "may use * only where amount does (payload.lines.*.currency)"
     if not isinstance(raw.get("minor_units", True), bool):
         return "minor_units", "must be true or false"
     if raw.get("sign", "positive") not in SIGNS:
@@ -147,14 +154,22 @@ def money_spec_problem(raw: Any, root: str = "payload") -> tuple[str, str] | Non
     return None
 
 
-def _is_path(value: Any, root: str) -> bool:
+def _is_path(value: Any, root: str, *, wildcard: bool = True) -> bool:
     return (
         isinstance(value, str)
         and value.startswith(root + ".")
         and len(value) > len(root) + 1
         and ".." not in value
         and not value.endswith(".")
+        and path_problem(value, wildcard=wildcard) is None
     )
+
+
+def _path_words(root: str, value: Any) -> str:
+    problem = path_problem(value, wildcard=True) if isinstance(value, str) else None
+    if problem:
+        return problem
+    return f"must be a dotted path under {root}., e.g. {root}.amount_cents ({root}.lines.*.amount_cents for each element of a list)"
 
 
 # --- Reading ------------------------------------------------------------------------------------
@@ -162,7 +177,11 @@ def _is_path(value: Any, root: str) -> bool:
 
 @dataclass(frozen=True)
 class Amount:
-    """One amount of an action: ``minor`` None means money is there but can't be read (fail closed)."""
+    """One amount of an action: ``minor`` None means money is there but can't be read (fail closed).
+
+    ``parts``: a total's amounts (``totals``). ``undeclared_kind``: the amount stands for a
+    kind that declares no money (strict): unknown, so over every threshold.
+    """
 
     path: str
     minor: int | None
@@ -171,6 +190,8 @@ class Amount:
     sign: str = "positive"
     problem: str = ""  # why it can't be read: 'is the text "1,5 €"'
     raw: Any = field(default=None, compare=False)  # the value as the payload holds it
+    parts: tuple[Amount, ...] = field(default=(), compare=False)
+    undeclared_kind: str = ""
 
     @property
     def money(self) -> Money | None:
@@ -181,34 +202,95 @@ class Amount:
         return abs(self.minor) if self.minor is not None else None
 
 
+def unknown_amount(kind: str) -> Amount:
+    """What a kind that declares no money moves, as the strict guards hold it: unknown."""
+    return Amount(
+        "kind",
+        None,
+        "",
+        False,
+        "any",
+        f"is {kind!r}, which declares no money (kinds: in the rules file), so the amount it "
+        "moves is unknown",
+        undeclared_kind=kind,
+    )
+
+
 def amounts(document: dict, specs: list[MoneySpec] | None) -> list[Amount]:
     """Every amount of ``document`` (``{"payload": …}``): the declared ones, else the detected ones."""
     if specs is None:
+        from .detector import detect  # the detector reads Amount from here
+
         payload = document.get("payload")
         return list(detect(payload)) if isinstance(payload, dict) else []
-    return [_declared(document, spec) for spec in specs]
+    return [amount for spec in specs for amount in _declared(document, spec)]
 
 
-def _declared(document: dict, spec: MoneySpec) -> Amount:
-    value = lookup(document, spec.amount)
-    currency = _currency_of(document, spec)
-    if value is MISSING or value is None:
-        return Amount(spec.amount, None, currency, True, spec.sign, "is missing")
-    minor = _as_minor(value, currency, spec.minor_units, text=False)
-    if minor is None:
-        return Amount(spec.amount, None, currency, True, spec.sign, shown(value), value)
-    return Amount(spec.amount, minor, currency, True, spec.sign, raw=value)
+def expand(document: dict, spec: MoneySpec) -> list[tuple[str, str]]:
+    """The declaration's ``(amount path, currency path or code)`` pairs in ``document``.
+
+    A ``*`` stands for each element of a list (``payload.lines.*.amount_cents``); a currency
+    path with ``*`` takes the same elements. Not a list where a ``*`` is: the declared path
+    itself, which reads as missing.
+    """
+    found: list[tuple[str, Any, list[int]]] = [("", document, [])]
+    for part in spec.amount.split("."):
+        step = []
+        for prefix, node, chosen in found:
+            where = f"{prefix}.{part}" if prefix else part
+            if part != WILDCARD:
+                step.append((where, lookup(node, part) if node is not MISSING else MISSING, chosen))
+            elif isinstance(node, list):
+                step += [(f"{prefix}.{i}", item, [*chosen, i]) for i, item in enumerate(node)]
+            else:
+                return [(spec.amount, spec.currency)]
+        found = step
+    return [(path, _with_indices(spec.currency, chosen)) for path, _, chosen in found]
 
 
-def _currency_of(document: dict, spec: MoneySpec) -> str:
-    if spec.currency in ISO_4217:
-        return spec.currency
-    return iso_currency(lookup(document, spec.currency))
+def _with_indices(path: str, chosen: list[int]) -> str:
+    parts = path.split(".")
+    stars = [i for i, part in enumerate(parts) if part == WILDCARD]
+    for position, index in zip(stars, chosen, strict=False):
+        parts[position] = str(index)
+    return ".".join(parts)
 
 
-def _as_minor(value: Any, currency: str, minor_units: bool, *, text: bool) -> int | None:
-    """``value`` as a whole number of minor units, or None when it isn't one."""
-    number = _decimal(value, text=text)
+def _declared(document: dict, spec: MoneySpec) -> list[Amount]:
+    out = []
+    for path, currency_at in expand(document, spec):
+        value = lookup(document, path) if WILDCARD not in path.split(".") else MISSING
+        currency = _currency_at(document, currency_at)
+        if value is MISSING or value is None:
+            out.append(Amount(path, None, currency, True, spec.sign, "is missing"))
+            continue
+        minor = declared_minor(value, currency, spec.minor_units)
+        if minor is None:
+            out.append(Amount(path, None, currency, True, spec.sign, shown(value), value))
+        else:
+            out.append(Amount(path, minor, currency, True, spec.sign, raw=value))
+    return out
+
+
+def _currency_at(document: dict, currency: str) -> str:
+    if currency in ISO_4217:
+        return currency
+    return iso_currency(lookup(document, currency))
+
+
+def declared_minor(value: Any, currency: str, minor_units: bool) -> int | None:
+    """A declared amount in minor units, or None when it isn't one.
+
+    ``minor_units``: a JSON integer (a float that is whole reads too, for display; a push
+    refuses it). Else major units: a JSON number or decimal text (``"1500.00"``) with at
+    most the currency's decimals.
+    """
+    if isinstance(value, str):
+        if minor_units or not _DECIMAL_TEXT.fullmatch(value):
+            return None
+        number: Decimal | None = Decimal(value)
+    else:
+        number = decimal_of(value, text=False)
     if number is None:
         return None
     if not minor_units:
@@ -218,7 +300,8 @@ def _as_minor(value: Any, currency: str, minor_units: bool, *, text: bool) -> in
     return int(number)
 
 
-def _decimal(value: Any, *, text: bool) -> Decimal | None:
+def decimal_of(value: Any, *, text: bool) -> Decimal | None:
+    """``value`` as a number: a JSON number, or with ``text`` numeric text (``"150,000"``)."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -237,90 +320,56 @@ def _decimal(value: Any, *, text: bool) -> Decimal | None:
     return None
 
 
-# --- The detector (kinds that declare nothing) --------------------------------------------------
-
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
-_NOT_WORD = re.compile(r"[^a-z0-9]+")
-
-
-def normalize_key(key: Any) -> str:
-    """``amountCents``, ``AMOUNT_CENTS``, ``Amount_Cents``, ``amount_cents\\u200b`` → ``amount_cents``."""
-    text = unicodedata.normalize("NFKC", str(key))
-    text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
-    text = _CAMEL.sub("_", text).casefold()
-    return _NOT_WORD.sub("_", text).strip("_")
-
-
-def is_money_key(key: Any) -> bool:
-    return _is_money_word(str(key))
-
-
-@functools.lru_cache(maxsize=4096)  # payloads repeat their keys; normalising is the cost
-def _is_money_word(key: str) -> bool:
-    words = normalize_key(key).split("_")
-    return words[-1] in ("cents", "minor") or "amount" in words
-
-
-def detect(payload: dict) -> Iterator[Amount]:
-    """The money in an undeclared payload, by the meaning of its keys (see the module's docstring)."""
-    yield from _detect(payload, "payload", "")
-
-
-def _detect(node: Any, path: str, currency: str) -> Iterator[Amount]:
-    if isinstance(node, dict):
-        here = _sibling_currency(node) or currency
-        for key, value in node.items():
-            where = f"{path}.{key}"
-            if is_money_key(key) and not isinstance(value, dict | list):
-                if value is not None:
-                    yield _detected(where, value, here)
-            else:
-                yield from _detect(value, where, here)
-    elif isinstance(node, list):
-        for index, value in enumerate(node):
-            yield from _detect(value, f"{path}.{index}", currency)
-
-
-def _sibling_currency(node: dict) -> str:
-    for key, value in node.items():
-        if _is_currency_word(str(key)):
-            return iso_currency(value)
-    return ""
-
-
-@functools.lru_cache(maxsize=4096)
-def _is_currency_word(key: str) -> bool:
-    return normalize_key(key) in ("currency", "currency_code")
-
-
-def _detected(path: str, value: Any, currency: str) -> Amount:
-    minor = _as_minor(value, currency, True, text=True)
-    if minor is None:
-        return Amount(path, None, currency, False, "any", shown(value), value)
-    return Amount(path, minor, currency, False, "any", raw=value)
-
-
 def shown(value: Any) -> str:
     """How a value reads in a warning: ``is the text "1,5 €"``, ``is the number 8400.5``."""
     kind = {str: "the text", float: "the number", bool: "the boolean"}.get(type(value), "")
     return f"is {kind} {json.dumps(value, ensure_ascii=False)}".replace("  ", " ")
 
 
-# --- Guards -------------------------------------------------------------------------------------
+# --- Guards: an action's money is its total per currency ------------------------------------------
+
+
+def totals(found: list[Amount]) -> list[Amount]:
+    """What the action moves, per currency: the sum of its readable amounts' magnitudes.
+
+    One amount in a currency is itself; several are one Amount whose ``parts`` they are
+    (ten lines of 99,999 are 999,990). Currencies are never added together: each total
+    is held to a threshold on its own. Unreadable amounts are left out (see ``largest``).
+    """
+    by_currency: dict[str, list[Amount]] = {}
+    for amount in found:
+        if amount.minor is not None:
+            by_currency.setdefault(amount.currency, []).append(amount)
+    return [_total(group) if len(group) > 1 else group[0] for group in by_currency.values()]
+
+
+def _total(group: list[Amount]) -> Amount:
+    magnitude = sum(abs(a.minor or 0) for a in group)
+    negative = all((a.minor or 0) < 0 for a in group)
+    path = f"{group[0].path} + {len(group) - 1} more (the total)"
+    signs = {a.sign for a in group}
+    return Amount(
+        path,
+        -magnitude if negative else magnitude,
+        group[0].currency,
+        all(a.declared for a in group),
+        signs.pop() if len(signs) == 1 else "any",
+        parts=tuple(group),
+    )
 
 
 def largest(found: list[Amount]) -> Amount | None:
     """The amount a threshold is held against: an unreadable one first (it is over every
-    threshold), else the largest in magnitude; None when there is no money."""
+    threshold), else the largest total of a currency; None when there is no money."""
     unreadable = [a for a in found if a.minor is None]
     if unreadable:
         return unreadable[0]
-    readable = [a for a in found if a.minor is not None]
-    return max(readable, key=lambda a: abs(a.minor)) if readable else None
+    readable = totals(found)
+    return max(readable, key=lambda a: abs(a.minor or 0)) if readable else None
 
 
 def at_or_above(found: list[Amount], limit: int) -> Amount | None:
-    """The amount that reaches ``limit`` (minor units, any currency), or None."""
+    """The total (or unreadable amount) that reaches ``limit`` in its currency, or None."""
     top = largest(found)
     if top is None or (top.minor is not None and abs(top.minor) < limit):
         return None
@@ -328,7 +377,7 @@ def at_or_above(found: list[Amount], limit: int) -> Amount | None:
 
 
 def above(found: list[Amount], limit: int) -> Amount | None:
-    """The amount that passes ``limit``, or None."""
+    """The total (or unreadable amount) that passes ``limit`` in its currency, or None."""
     top = largest(found)
     if top is None or (top.minor is not None and abs(top.minor) <= limit):
         return None
@@ -342,27 +391,41 @@ def money_problems(document: dict, specs: list[MoneySpec]) -> list[tuple[str, st
     """Where ``document`` breaks its declared money: ``[(path, problem)]``, empty when it keeps it."""
     out = []
     for spec in specs:
-        value = lookup(document, spec.amount)
-        currency = _currency_of(document, spec)
-        out += _amount_problem(spec, value, currency)
-        if spec.currency not in ISO_4217 and not currency:
-            out.append((spec.currency, "must be an ISO 4217 currency code such as USD"))
+        for path, currency_at in expand(document, spec):
+            value = lookup(document, path) if WILDCARD not in path.split(".") else MISSING
+            currency = _currency_at(document, currency_at)
+            out += _amount_problem(spec, path, value, currency)
+            if currency_at not in ISO_4217 and not currency:
+                out.append((currency_at, "must be an ISO 4217 currency code such as USD"))
     return out
 
 
-def _amount_problem(spec: MoneySpec, value: Any, currency: str) -> list[tuple[str, str]]:
+def currency_paths(document: dict, specs: list[MoneySpec]) -> set[str]:
+    """The payload paths a declaration reads currencies from (what an edit may never change)."""
+    return {
+        currency
+        for spec in specs
+        for _, currency in expand(document, spec)
+        if currency not in ISO_4217
+    }
+
+
+def _amount_problem(spec: MoneySpec, path: str, value: Any, currency: str) -> list[tuple[str, str]]:
     positive = spec.sign == "positive"
     if spec.minor_units:
         wanted = "a positive integer in minor units" if positive else "an integer in minor units"
         ok = isinstance(value, int) and not isinstance(value, bool) and (value > 0 or not positive)
     else:
         unit = currency or "its currency"
-        wanted = f"a {'positive ' if positive else ''}amount in {unit} with at most {MINOR_UNITS.get(currency, 2)} decimals"
-        minor = None if isinstance(value, str) else _as_minor(value, currency, False, text=False)
+        wanted = (
+            f"a {'positive ' if positive else ''}amount in {unit} (a number or decimal text "
+            f'such as "1500.00") with at most {MINOR_UNITS.get(currency, 2)} decimals'
+        )
+        minor = declared_minor(value, currency, False)
         ok = minor is not None and (minor > 0 or not positive)
     if value is MISSING:
-        return [(spec.amount, f"is required: {wanted}")]
-    return [] if ok else [(spec.amount, f"must be {wanted}")]
+        return [(path, f"is required: {wanted}")]
+    return [] if ok else [(path, f"must be {wanted}")]
 
 
 def ijson_problem(value: Any, path: str) -> str | None:

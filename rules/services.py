@@ -281,15 +281,18 @@ def budget_amount(budget: engine.Budget, action: dict) -> Decimal | None:
 
 
 def _declared_amount(action: dict) -> Decimal | None:
-    """The action's amount as every money guard reads it (``money``: the declaration in the view)."""
+    """What the action moves, as every money guard reads it (``money``: the declaration in the
+    view): the sum of all its amounts (ten lines of 99,999 cost 999,990). None (→ review) when
+    one can't be read or is negative, or when they are in more than one currency: a budget is
+    one number, and Impri converts no currency."""
     declared = action.get("money")
     specs = [MoneySpec.from_dict(m) for m in declared] if declared is not None else None
-    top = money.largest(money.amounts({"payload": action.get("payload")}, specs))
-    if top is None:
-        return Decimal(0)
-    if top.minor is None or top.minor < 0:
+    found = money.amounts({"payload": action.get("payload")}, specs)
+    if any(a.minor is None or a.minor < 0 for a in found):
         return None
-    return Decimal(top.minor)
+    if len({a.currency for a in found}) > 1:
+        return None
+    return Decimal(sum(a.minor or 0 for a in found))
 
 
 def budget_scope(budget: engine.Budget, action: dict) -> str | None:

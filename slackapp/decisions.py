@@ -35,18 +35,21 @@ logger = logging.getLogger(__name__)
 def over_limit(action: Action, edits: dict | None = None) -> bool:
     """True when the payload Slack would approve carries an amount above the Slack limit.
 
-    The amount is the one every money guard reads (``approvals.money``: the kind's
-    declared amounts, else the detector under any spelling of a money key; an
-    amount it cannot read counts as above), after the reviewer's edits: an edit
-    that raises the figure is checked, not the figure before it.
+    The amount is the one every money guard reads (``approvals.money.held``: the
+    total per currency of the kind's declared amounts; an amount it cannot read,
+    and any action of a kind that declares no money, counts as above), after the
+    reviewer's edits: an edit that raises the figure is checked, not the figure
+    before it.
     """
+    if money.is_closed(action):
+        return True
     payload = action.payload
     if edits:
         try:
             payload = services.apply_edits(action, edits)
         except InvalidInput:
             return False  # the service refuses the edits itself, naming the field
-    found = money.amounts(action, payload)
+    found = money.held(action, payload)
     return money.above(found, settings.IMPRI_SLACK_MAX_APPROVE_CENTS) is not None
 
 
@@ -137,6 +140,13 @@ def check(action: Action | None, user, verdict: str, edits: dict | None = None) 
             action,
             f"You ({user.get_username()}) are not a reviewer in the group this action is "
             "routed to, so nothing was decided.",
+        )
+    if verdict == "approve" and money.is_closed(action):
+        return refused(
+            action,
+            f"The kind {action.kind} is not declared, so Impri can't know the amount it moves "
+            "and Slack may not approve it: approve it in Impri (or ask an admin to declare the "
+            "kind in the rules file). Nothing was decided.",
         )
     if verdict == "approve" and over_limit(action, edits):
         return refused(

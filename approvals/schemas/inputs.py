@@ -13,6 +13,8 @@ from pydantic import (
     model_validator,
 )
 
+from rules.paths import path_problem
+
 from .validation import (
     EDIT_PATH,
     FLAG_RE,
@@ -217,7 +219,9 @@ class ActionIn(StrictModel):
         if len(set(paths)) != len(paths):
             raise ValueError("editable: each path may be listed once")
         bounded = self.push_bounds()
-        for path in paths:
+        for index, path in enumerate(paths):
+            if path_problem(path):  # one spelling per path (rules.paths): bounds are keyed by it
+                raise ValueError(f"editable[{index}]: {path!r}: {path_problem(path)}")
             if not path.startswith("payload.") or path == "payload.":
                 raise ValueError(
                     f"editable: {path!r} must be a path under payload., e.g. payload.amount_cents"

@@ -16,6 +16,8 @@ from pydantic import (
     WithJsonSchema,
 )
 
+from rules.paths import index_of
+
 KIND_RE = re.compile(r"^[a-z0-9_-]+(\.[a-z0-9_-]+)*$")
 FLAG_RE = re.compile(r"^[a-z0-9_.:-]+$")
 
@@ -163,8 +165,8 @@ def resolve_path(document: dict, dotted: str) -> tuple[bool, Any]:
     for part in dotted.split("."):
         if isinstance(node, dict) and part in node:
             node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
+        elif isinstance(node, list) and (index := index_of(part)) is not None and index < len(node):
+            node = node[index]  # one spelling: "0", never "00", "０" or "+0" (rules.paths)
         else:
             return False, None
     return True, node

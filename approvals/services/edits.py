@@ -6,7 +6,9 @@ import copy
 import math
 
 from rules.bounds import bound_problem
-from rules.money import ijson_problem, money_problems
+from rules.detector import is_currency_key
+from rules.money import currency_paths, ijson_problem, money_problems
+from rules.paths import path_problem
 
 from .. import money
 from ..bounds import edit_bounds
@@ -25,11 +27,16 @@ def apply_edits(action: Action, edits: dict) -> dict:
     document = {"payload": copy.deepcopy(action.payload)}
     for path, value in edits.items():
         field = f"edits.{path}"
+        spelling = path_problem(path)
+        if spelling:  # one spelling per path: "00", "０", "+0" would escape the bounds of "0"
+            raise InvalidInput(field, spelling)
         if path not in action.editable:
             allowed = ", ".join(action.editable) or "none"
             raise InvalidInput(
                 field, f"{path} is not editable on this action (editable: {allowed})"
             )
+        if _is_currency(action, path):  # listed by an action pushed before the check at push
+            raise InvalidInput(field, f"{path} is the action's currency, which never changes")
         _, original = resolve_path({"payload": action.original_payload}, path)
         if isinstance(value, float) and not math.isfinite(value):
             raise InvalidInput(field, "must be a finite number")
@@ -50,6 +57,14 @@ def apply_edits(action: Action, edits: dict) -> dict:
     if edits:
         _check_declared(action, document)
     return document["payload"]
+
+
+def _is_currency(action: Action, path: str) -> bool:
+    """A path the action's currency is read from (an action pushed before the check at push)."""
+    specs = money.specs_of(action)
+    if specs is None:
+        return is_currency_key(path.rpartition(".")[2])
+    return path in currency_paths({"payload": action.original_payload}, specs)
 
 
 def _check_declared(action: Action, document: dict) -> None:

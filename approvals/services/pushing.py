@@ -19,8 +19,9 @@ from rules import engine as rule_engine
 from rules import kinds as rule_kinds
 from rules import services as rule_services
 from rules.bounds import effective_bounds
+from rules.detector import is_currency_key
 from rules.models import RuleSet
-from rules.money import ijson_problem
+from rules.money import currency_paths, ijson_problem
 
 from .. import events, money, outbox
 from ..errors import IdempotencyConflict, InvalidInput
@@ -204,6 +205,7 @@ def _declaration(loaded, data: ActionIn, override: list[dict] | None):
         declared = rule_kinds.KindSpec(data.kind, rule_kinds.parse_money(override, data.kind))
     else:
         declared = loaded.declaration(data.kind)
+    _check_currency_fixed(data, declared)
     if declared is None:
         return None
     problems = rule_kinds.payload_problems(declared, data.payload)
@@ -211,6 +213,26 @@ def _declaration(loaded, data: ActionIn, override: list[dict] | None):
         path, message = problems[0]
         raise InvalidInput(path, f"{message} ({data.kind} declares it)")
     return declared
+
+
+def _check_currency_fixed(data: ActionIn, declared) -> None:
+    """The currency never changes: a path it is read from may not be listed in ``editable``.
+
+    A declared kind's currency paths; for a kind that declares no money, any key the
+    detector reads as a currency (``currency``, ``currency_code``, ``currencyCode``…).
+    """
+    document = {"payload": data.payload}
+    if declared is not None and declared.money is not None:
+        fixed = currency_paths(document, list(declared.money))
+    else:
+        fixed = {p for p in data.editable_paths() if is_currency_key(p.rpartition(".")[2])}
+    for index, path in enumerate(data.editable_paths()):
+        if path in fixed:
+            raise InvalidInput(
+                f"editable[{index}]",
+                f"{path} is the action's currency, which never changes: an edit may change "
+                "an amount, not what it is counted in",
+            )
 
 
 def _create(
@@ -236,9 +258,10 @@ def _create(
         if declared is not None and declared.money is not None
         else None,
     }
-    verdict, group = _routed_group(
-        _within_budget(rule_engine.evaluate(loaded.rules, view), view, now), groups
-    )
+    verdict = rule_engine.evaluate(loaded.rules, view)
+    if view["money"] is None and settings.IMPRI_UNDECLARED_KINDS != "detect":
+        verdict = rule_kinds.hold_undeclared(verdict, data.kind)  # the closed world (issue 39)
+    verdict, group = _routed_group(_within_budget(verdict, view, now), groups)
     expiries = [s for s in (data.expires_in_s, verdict.expires_in_s) if s]
     status, decided_at = {
         "auto_approve": (ActionStatus.APPROVED, now),
@@ -287,6 +310,7 @@ def _create(
         verdict.edit_bounds,
         data.push_bounds(),
         money.money_paths(action, found=found),
+        closed=money.is_closed(action),
     )
     action.amount_minor, action.amount_currency = money.stored_amount(action, found=found)
     # The ORM's INSERT: as plain SQL it saved 1–4 % of a push, not enough to keep a

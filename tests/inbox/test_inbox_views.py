@@ -363,9 +363,12 @@ def test_action_page_shows_what_will_happen_beside_what_the_agent_says(action, r
     assert "No rule matched" in body
     assert "support-bot" in body
     assert 'class="countdown countdown-big"' in body
+    # The amount's input says its currency and what it takes; the path and the minor units
+    # are secondary (issue 43).
     assert (
-        '<label for="id_approve-payload.amount_cents"><code>payload.<wbr>amount_cents</code></label>'
-        in body
+        '<label for="id_approve-payload.amount_cents">Amount (USD) <span class="muted '
+        'label-secondary">up to 2 decimals · <code>payload.<wbr>amount_cents</code> = 8400 '
+        "minor units</span></label>" in body
     )
     assert re.search(
         r'<button[^>]*>Approve <span class="approve-amount" '

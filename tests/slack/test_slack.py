@@ -293,12 +293,32 @@ def test_the_slack_limit_reads_every_cents_figure_as_step_up_does(
     agent, team, slack, settings, payload
 ):
     settings.IMPRI_SLACK_MAX_APPROVE_CENTS = 50000
-    # A kind that declares no money: the detector finds it, nested or under another name.
+    # A kind that declares no money, in the migration period (IMPRI_UNDECLARED_KINDS=detect):
+    # the detector finds it, nested or under another name.
+    settings.IMPRI_UNDECLARED_KINDS = "detect"
     action = make_action(agent.agent, kind="billing.refund", payload=payload, editable=[])
     assert "approve" not in [e["action_id"] for e in buttons(posted_message(slack))["elements"]]
     assert click(action, "approve").status_code == 200
     assert Action.objects.get(pk=action.pk).status == ActionStatus.PENDING
     assert "the most that may be approved from Slack" in ephemeral_text(slack)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"order_id": "9", "refund": {"amount_cents": 5_000_000}, "currency": "USD"},
+        {"order_id": "9", "amount": {"value": 900_000, "currency": "EUR"}},
+        {"order_id": "9", "note": "no money at all"},
+    ],
+    ids=["nested", "adyen object", "no money"],
+)
+def test_slack_never_approves_a_kind_that_declares_no_money(agent, team, slack, settings, payload):
+    settings.IMPRI_SLACK_MAX_APPROVE_CENTS = 50000
+    action = make_action(agent.agent, kind="billing.refund", payload=payload, editable=[])
+    assert "approve" not in [e["action_id"] for e in buttons(posted_message(slack))["elements"]]
+    assert click(action, "approve").status_code == 200
+    assert Action.objects.get(pk=action.pk).status == ActionStatus.PENDING
+    assert "billing.refund is not declared" in ephemeral_text(slack)
 
 
 def test_a_staff_account_is_never_mapped_by_e_mail(agent, slack, db):

@@ -9,7 +9,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from plumbing.progress import Progress
 from rules import engine, services
-from rules.backtest import backtest, dry_run, parse_since, past_actions
+from rules import kinds as kinds_
+from rules.backtest import backtest, dry_run, parse_since, past_actions, undeclared_kinds
 
 
 class Command(BaseCommand):
@@ -26,6 +27,12 @@ class Command(BaseCommand):
             "(without it, an unknown group is an error).",
         )
         sub.add_parser("export", help="Print the rule set as YAML.")
+        kinds = sub.add_parser("kinds", help="List the declared kinds and what money they move.")
+        kinds.add_argument(
+            "--undeclared",
+            action="store_true",
+            help="List instead the kinds pushed in the last 30 days that no declaration covers.",
+        )
         show = sub.add_parser(
             "show", help="Print the rule set as it stood at a version (default: the current one)."
         )
@@ -55,6 +62,9 @@ class Command(BaseCommand):
     def handle(self, *args, subcommand: str, **options):
         if subcommand == "export":
             self.stdout.write(services.export_yaml(), ending="")
+            return
+        if subcommand == "kinds":
+            self.stdout.write(_kinds_text(options["undeclared"]))
             return
         if subcommand == "show":
             self._show(options["rules_version"], options["diff"])
@@ -123,3 +133,30 @@ class Command(BaseCommand):
         action.setdefault("context", {})
         action.setdefault("payload", {})
         return action
+
+
+def _kinds_text(undeclared: bool) -> str:
+    """``rules kinds``: the declarations in force, or the kinds seen that none covers."""
+    declared = services.current_rules().kinds
+    if not undeclared:
+        return "\n".join(
+            f"{name}: {_money_text(spec)}"
+            for name, spec in sorted(kinds_.all_declared(declared).items())
+        )
+    found = undeclared_kinds(past_actions(parse_since("30d")), declared)
+    if not found:
+        return "Every kind pushed in the last 30 days is declared."
+    lines = [f"  {kind}: {n} action(s), last {at:%Y-%m-%d %H:%M} UTC" for kind, n, at in found]
+    return "\n".join(
+        [f"{len(found)} kind(s) pushed in the last 30 days declare no money (held for review):"]
+        + lines
+        + ['Declare each under kinds: in the rules file (docs/rules.md, "Kinds and money").']
+    )
+
+
+def _money_text(spec: kinds_.KindSpec) -> str:
+    if spec.money is None:
+        return "a schema only: its money is not declared (held for review)"
+    if not spec.money:
+        return "moves no money (money: [])"
+    return "; ".join(f"{m.amount} in {m.currency}" for m in spec.money)
