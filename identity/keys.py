@@ -9,6 +9,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
+from django.core.cache.backends.locmem import LocMemCache
 from django.db import transaction
 from django.utils import timezone
 
@@ -24,6 +25,8 @@ from plumbing import fallbacks
 SECRET_CHARS = 40  # about 238 bits
 PREFIX_CHARS = 6
 LAST_USED_RESOLUTION = timedelta(seconds=60)
+# The rate limiter's counts while the shared cache (Redis) cannot be reached: this process's.
+_LOCAL_COUNTS = LocMemCache("impri-rate-limit", {"OPTIONS": {"MAX_ENTRIES": 10_000}})
 
 
 @dataclass(frozen=True)
@@ -193,11 +196,13 @@ def _check_rate(key: ApiKey) -> None:
     window = int(now // 60)
     bucket = f"rate:{key.key_hash[:24]}:{window}"
     try:
-        count = _count(bucket)
+        count = _count(cache, bucket)
     except Exception as exc:
-        # The cache (Redis) is away: allow rather than refuse every call.
-        fallbacks.note("cache", "the rate limiter allows every request", exc)
-        return
+        # The shared cache (Redis) is away: count in this process instead of refusing every
+        # call (a 503 for every agent) or allowing every one. Each process then allows up to
+        # the limit, so N replicas allow N times it (docs/operations.md, "When Redis is down").
+        fallbacks.note("cache", "the rate limiter counts in this process only", exc)
+        count = _count(_LOCAL_COUNTS, bucket)
     if count > limit:
         raise RateLimited(
             f"more than {limit} requests a minute with key {key.prefix}…; slow down",
@@ -205,10 +210,10 @@ def _check_rate(key: ApiKey) -> None:
         )
 
 
-def _count(bucket: str) -> int:
-    cache.add(bucket, 0, timeout=120)
+def _count(counts, bucket: str) -> int:
+    counts.add(bucket, 0, timeout=120)
     try:
-        return cache.incr(bucket)
+        return counts.incr(bucket)
     except ValueError:  # evicted between add and incr
-        cache.set(bucket, 1, timeout=120)
+        counts.set(bucket, 1, timeout=120)
         return 1

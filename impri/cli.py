@@ -63,8 +63,17 @@ def main(argv: list[str] | None = None) -> None:
     if not args or args[0] not in WARN_ON:
         _errors_only_from_checks()
     from django.core.management import execute_from_command_line
+    from django.db import OperationalError
 
-    execute_from_command_line(["impri", *args])
+    try:
+        execute_from_command_line(["impri", *args])
+    except OperationalError as exc:
+        from impri import preflight
+
+        line = preflight.connection_failed(exc)
+        if line is None:  # connected: a query failed, which is not the operator's to fix here
+            raise
+        _fail(line, code=1)
 
 
 def drop_working_directory() -> None:
@@ -80,9 +89,9 @@ def drop_working_directory() -> None:
     sys.path[:] = [entry for entry in sys.path if os.path.realpath(entry or ".") != here]
 
 
-def _fail(message: str) -> None:
+def _fail(message: str, code: int = 2) -> None:
     print(f"impri: {message}", file=sys.stderr)
-    raise SystemExit(2)
+    raise SystemExit(code)
 
 
 def _load_settings() -> None:

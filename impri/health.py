@@ -29,6 +29,8 @@ def jwks(request):
 
 async def readyz(request):
     checks = {"database": await _check_database(), "channel_layer": await _check_layer()}
+    if checks["database"] == "ok":
+        checks["audit_log"] = await db_threads.run(_check_audit_tables)
     ready = all(value == "ok" for value in checks.values())
     body = {"status": "ok" if ready else "unavailable", "checks": checks}
     if checks["database"] == "ok":
@@ -58,6 +60,27 @@ async def _check_database() -> str:
     except Exception as exc:
         logger.warning("readyz: database unreachable: %s", exc)
         return f"error: {type(exc).__name__}"
+
+
+def _check_audit_tables() -> str:
+    """The audit chain's tables exist: without them every decision would fail to be recorded."""
+    from audit.models import AuditEvent, ChainHead
+
+    try:
+        with connection.cursor() as cursor:
+            present = set(connection.introspection.table_names(cursor))
+    except Exception as exc:
+        logger.warning("readyz: cannot list the database's tables: %s", exc)
+        return f"error: {type(exc).__name__}"
+    missing = sorted(
+        model._meta.db_table
+        for model in (AuditEvent, ChainHead)
+        if model._meta.db_table not in present
+    )
+    if missing:
+        logger.warning("readyz: the audit log's tables are missing: %s", ", ".join(missing))
+        return f"error: missing table {', '.join(missing)}"
+    return "ok"
 
 
 async def _check_layer() -> str:

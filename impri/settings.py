@@ -14,12 +14,22 @@ from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from impri import packages, schedule
 from impri.logs import logging_config
-from impri.settings_env import env, envbool, envcidrs, envfloat, envint, envnetworks, private
+from impri.settings_db import databases
+from impri.settings_env import (
+    env,
+    envbool,
+    envcidrs,
+    envfloat,
+    envint,
+    envkey,
+    envnetworks,
+    envredis,
+    private,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -188,42 +198,12 @@ IMPRI_DB_THREADS = envint("IMPRI_DB_THREADS", minimum=1)
 IMPRI_GC_FULL_EVERY = envint("IMPRI_GC_FULL_EVERY", minimum=1)
 
 DATABASE_URL = env("DATABASE_URL")
-if DATABASE_URL:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
-    if IMPRI_DB_POOL_SIZE:
-        # Django 5.2's psycopg pool: a thread borrows a connection and gives it
-        # back when Django closes it (end of request, end of a dbexec call).
-        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
-            "min_size": 1,
-            "max_size": IMPRI_DB_POOL_SIZE,
-            "timeout": IMPRI_DB_POOL_TIMEOUT_S,
-        }
-else:
-    # SQLite creates its -wal and -shm files with the database file's mode.
-    private(DATA_DIR, 0o700, directory=True)
-    private(DATA_DIR / "impri.sqlite3", 0o600)
-    DATABASES = {
-        "default": {
-            # Django's SQLite backend with an in-process writer queue (impri/sqlite3).
-            "ENGINE": "impri.sqlite3",
-            "NAME": DATA_DIR / "impri.sqlite3",
-            # Two processes (daphne and a stdio MCP server) share this file:
-            # WAL lets readers run beside the writer, IMMEDIATE takes the write
-            # lock at BEGIN so a transaction never fails half-way on upgrade,
-            # and the timeout makes writers queue instead of failing.
-            "OPTIONS": {
-                "transaction_mode": "IMMEDIATE",
-                "timeout": 20,
-                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-            },
-            "TEST": {"NAME": str(DATA_DIR / "test.sqlite3")},
-        }
-    }
+DATABASES = databases(DATABASE_URL, DATA_DIR, IMPRI_DB_POOL_SIZE, IMPRI_DB_POOL_TIMEOUT_S)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Channels -----------------------------------------------------------------
-REDIS_URL = env("REDIS_URL")
+REDIS_URL = envredis("REDIS_URL")
 IMPRI_LAYER_CAPACITY = envint("IMPRI_LAYER_CAPACITY", minimum=100)
 if REDIS_URL:
     CHANNEL_LAYERS = {
@@ -354,7 +334,7 @@ IMPRI_AUDIT_CHECKPOINT_KEY = env("IMPRI_AUDIT_CHECKPOINT_KEY")
 IMPRI_MAX_TITLE_CHARS = 200
 # Grants (approvals/grants.py): an Ed25519 key as PEM text or a file; unset: one is
 # generated into <data dir>/grant-keys/. Scaled deployments share one key.
-IMPRI_GRANT_SIGNING_KEY = env("IMPRI_GRANT_SIGNING_KEY")
+IMPRI_GRANT_SIGNING_KEY = envkey("IMPRI_GRANT_SIGNING_KEY")
 IMPRI_GRANT_SIGNING_KEY_FILE = env("IMPRI_GRANT_SIGNING_KEY_FILE")
 # An approval's grant is valid for this long after the decision.
 IMPRI_GRANT_TTL_S = envint("IMPRI_GRANT_TTL_S", minimum=1)
@@ -362,14 +342,6 @@ IMPRI_GRANT_TTL_S = envint("IMPRI_GRANT_TTL_S", minimum=1)
 # before that; with one, send a progress notification this often.
 IMPRI_MCP_AWAIT_CAP_S = envfloat("IMPRI_MCP_AWAIT_CAP_S", minimum=1)
 IMPRI_MCP_PROGRESS_EVERY_S = envfloat("IMPRI_MCP_PROGRESS_EVERY_S", minimum=0.1)
-
-# A kind that declares no money moves an unknown amount, held over every threshold
-# (strict); detect: the detector reads it, as before issue 39 (a migration period only).
-IMPRI_UNDECLARED_KINDS = env("IMPRI_UNDECLARED_KINDS").strip().lower()
-if IMPRI_UNDECLARED_KINDS not in ("strict", "detect"):
-    raise ImproperlyConfigured(
-        f"IMPRI_UNDECLARED_KINDS must be strict or detect, not {IMPRI_UNDECLARED_KINDS!r}"
-    )
 
 # What a rules backtest replays: past actions as the rules saw them (rules never import approvals).
 IMPRI_BACKTEST_HISTORY = "approvals.backtest_history.past_action_views"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -25,8 +26,75 @@ def env(name: str, default: str | None = None) -> str:
         default = listed
     file_path = os.environ.get(f"{name}_FILE")
     if file_path:
-        return Path(file_path).read_text().strip()
+        try:
+            return Path(file_path).read_text().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = getattr(exc, "strerror", None) or type(exc).__name__
+            raise ImproperlyConfigured(
+                f"{name}_FILE: cannot read {file_path} ({reason}). Point {name}_FILE at a "
+                f"file this user ({_user()}) can read, or set {name} instead"
+            ) from None
     return os.environ.get(name, default)
+
+
+def _user() -> str:
+    try:
+        import pwd
+
+        return f"{pwd.getpwuid(os.geteuid()).pw_name}, uid {os.geteuid()}"
+    except (ImportError, KeyError):
+        return f"uid {os.geteuid()}"
+
+
+def _source(name: str) -> str:
+    """How an error names where a value came from: the variable, or its file."""
+    path = os.environ.get(f"{name}_FILE")
+    return f"{name}_FILE ({path})" if path else name
+
+
+def without_password(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+
+
+def envredis(name: str) -> str:
+    """A Redis URL (``redis://``, ``rediss://``, ``unix://``), or empty."""
+    value = env(name).strip()
+    if value and urlsplit(value).scheme not in ("redis", "rediss", "unix"):
+        raise ImproperlyConfigured(
+            f"{name} must be a redis:// URL (e.g. redis://localhost:6379/0), not "
+            f"{without_password(value)!r}; unset it for the embedded in-memory layer"
+        )
+    return value
+
+
+def envkey(name: str) -> str:
+    """An Ed25519 private key as PEM text (grants), or empty; anything else is one clear error."""
+    value = env(name)
+    if not value:
+        return value
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    try:
+        key = serialization.load_pem_private_key(value.encode(), password=None)
+    except (ValueError, TypeError) as exc:
+        reason = str(exc).split(".")[0]
+        key = None
+    else:
+        reason = (
+            f"{type(key).__name__.removeprefix('_').removesuffix('PrivateKey')} key, not Ed25519"
+        )
+    if not isinstance(key, Ed25519PrivateKey):
+        target = os.environ.get(f"{name}_FILE") or "grant_key.pem"
+        raise ImproperlyConfigured(
+            f"{_source(name)} is not an Ed25519 private key in PEM ({reason}). Make one with "
+            f"`impri grantkey new > {target}`, or unset it to generate one in the data dir"
+        )
+    return value
 
 
 def envbool(name: str, default: str | None = None) -> bool:

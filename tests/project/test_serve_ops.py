@@ -73,7 +73,7 @@ def test_probes_answer_whatever_the_host_header(served, host):
     assert httpx.get(url + "/healthz", headers={"Host": host}).json() == {"status": "ok"}
     ready = httpx.get(url + "/readyz", headers={"Host": host})
     assert ready.status_code == 200
-    assert ready.json()["checks"] == {"database": "ok", "channel_layer": "ok"}
+    assert ready.json()["checks"] == {"database": "ok", "channel_layer": "ok", "audit_log": "ok"}
 
 
 def test_a_disallowed_host_is_refused_with_one_log_line(served):

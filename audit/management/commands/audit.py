@@ -69,8 +69,15 @@ class Command(BaseCommand):
         queryset = export.events(
             since=_time(since, "--since"), until=_time(until, "--until"), action_id=action
         )
-        for chunk in (export.jsonl if format == "jsonl" else export.csv_rows)(queryset):
-            self.stdout.write(chunk, ending="")
+        try:
+            for chunk in (export.jsonl if format == "jsonl" else export.csv_rows)(queryset):
+                self.stdout.write(chunk, ending="")
+        except DatabaseError as exc:  # the table is gone or unreadable: one line, not a traceback
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise CommandError(
+                f"the audit log cannot be read ({reason}). Restore the database from a backup "
+                "(docs/operations.md, Restore); `impri audit verify` says what else is wrong"
+            ) from None
 
     def _checkpoint(self, file: str, **options):
         checkpoint = log.make_checkpoint()

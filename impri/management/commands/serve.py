@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 import compat.daphne
 from approvals import grants, services
-from impri import cli, eventloop, storage
+from impri import cli, eventloop, preflight, storage
 
 
 class Command(BaseCommand):
@@ -81,6 +81,19 @@ class Command(BaseCommand):
                 raise
         if listening.failed:
             raise CommandError(listening.failed, returncode=2)
+
+    def execute(self, *args, **options):
+        self.preflight()  # before the system checks: one of them reads the database
+        return super().execute(*args, **options)
+
+    def preflight(self) -> None:
+        """Wait for the database (one line a try, then exit 1); warn of what runs degraded."""
+        timeout = settings.IMPRI_DB_WAIT_S
+        error = preflight.wait_for("database", preflight.database_error, timeout, self.stderr.write)
+        if error is not None:
+            raise CommandError(preflight.unreachable("database", timeout, error))
+        for warning in preflight.start_warnings():
+            self.stderr.write(f"impri: warning: {warning}")
 
 
 class Listening:
