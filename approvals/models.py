@@ -11,7 +11,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from .signing_keys import GrantSigningKey  # noqa: F401  (a model of this app, in a module of its own)
+from .signing_keys import GrantSigningKey, IssuedGrant  # noqa: F401  (models in a module of their own)
 
 BASE62 = string.ascii_letters + string.digits
 

@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from plumbing import public_url
 
-from . import grants
+from . import grant_store
 from . import money as action_money
 from .bounds import edit_bounds
 from .digests import payload_sha256
@@ -86,14 +86,15 @@ def decision_out(action: Action) -> dict:
 
     A decided action's preview is always a diff of what was proposed against
     what was approved: empty when nothing changed, and for rejected, expired
-    and cancelled actions. An approval carries its grant (``approvals.grants``).
+    and cancelled actions. An approval carries its grant: the one stored with the
+    decision, the same bytes on every read (``approvals.grant_store``).
     """
     status = action.effective_status
     preview = _preview(action)
     if status != ActionStatus.PENDING:
         body = payload_diff(action.original_payload, action.payload) if action.was_approved else ""
         preview = {"format": "diff", "body": body}
-    claims = grants.claims_for(action)
+    grant = grant_store.grant_for(action)
     return {
         "action_id": action.pk,
         "status": status,
@@ -104,8 +105,8 @@ def decision_out(action: Action) -> dict:
         "decided_by": action.decided_by,
         "note": action.note,
         "reason": action.reject_reason or None,
-        "payload_sha256": claims["payload_sha256"] if claims else None,
-        "grant": grants.sign(claims) if claims else None,
+        "payload_sha256": payload_sha256(action.payload) if grant else None,
+        "grant": grant,
     }
 
 

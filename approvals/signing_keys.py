@@ -1,12 +1,16 @@
-"""What every process of one deployment shares through the database about itself.
+"""What the grants of one deployment keep in the database (``approvals/grants.py``).
 
-``GrantSigningKey``: the public half of each key that signs approval grants
-(``approvals/grants.py``). Each process publishes the key it signs with when it
-starts, and ``/.well-known/jwks.json`` on any replica serves every published,
-unretired key, so a grant signed by one replica verifies against the keys of
-any other. More than one key that still signs is a misconfiguration all the
-same (replicas that should share ``IMPRI_GRANT_SIGNING_KEY_FILE``): the system
-check, ``/readyz``, ``/metrics`` and the admin index say so.
+``GrantSigningKey``: the public half of each key that signs approval grants. Each
+process publishes the key it signs with when it starts, and ``/.well-known/jwks.json``
+on any replica serves every published, unretired key, so a grant signed by one
+replica verifies against the keys of any other. More than one key that still signs
+is a misconfiguration all the same (replicas that should share
+``IMPRI_GRANT_SIGNING_KEY_FILE``): the system check, ``/readyz``, ``/metrics`` and the
+admin index say so. A retired key stays retired: no process publishes it again.
+
+``IssuedGrant``: the grant an approval was given, stored in the decision's
+transaction, so every read of the decision returns these bytes, after a key
+rotation too.
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ class GrantSigningKey(models.Model):
     retired_at = models.DateTimeField(
         null=True, blank=True, help_text="Removed from the JWKS (impri grantkey retire)."
     )
+    last_signed_at = models.DateTimeField(
+        null=True, blank=True, help_text="A running process signed with it (noted once a minute)."
+    )
 
     class Meta:
         # The table it has had since it was the project's model (impri migration 0001).
@@ -38,3 +45,17 @@ class GrantSigningKey(models.Model):
 
     def __str__(self) -> str:
         return self.kid
+
+
+class IssuedGrant(models.Model):
+    """The grant an approval was given: signed and stored when the decision is made."""
+
+    action = models.OneToOneField(
+        "approvals.Action", on_delete=models.CASCADE, primary_key=True, related_name="issued_grant"
+    )
+    token = models.TextField(help_text="The compact JWS, as every read returns it.")
+    kid = models.CharField(max_length=64, help_text="The key that signed it.")
+    issued_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"grant of {self.action_id}"

@@ -338,6 +338,8 @@ IMPRI_GRANT_SIGNING_KEY = envkey("IMPRI_GRANT_SIGNING_KEY")
 IMPRI_GRANT_SIGNING_KEY_FILE = env("IMPRI_GRANT_SIGNING_KEY_FILE")
 # An approval's grant is valid for this long after the decision.
 IMPRI_GRANT_TTL_S = envint("IMPRI_GRANT_TTL_S", minimum=1)
+# `impri grantkey retire` refuses a key a process published or signed with this recently.
+IMPRI_KEY_LIVE_S = envint("IMPRI_KEY_LIVE_S", minimum=1)
 # MCP waits: without a progress token most clients give up at 60 s, so stop
 # before that; with one, send a progress notification this often.
 IMPRI_MCP_AWAIT_CAP_S = envfloat("IMPRI_MCP_AWAIT_CAP_S", minimum=1)

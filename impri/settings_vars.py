@@ -62,6 +62,7 @@ VARIABLES: list[Var] = [
     Var("IMPRI_GRANT_SIGNING_KEY", "", "generated in the data dir", "Ed25519 key (PEM) that signs approval grants; share one across processes", "serve, mcp, worker, beat, grantkey"),
     Var("IMPRI_GRANT_SIGNING_KEY_FILE", "", "generated in the data dir", "Ed25519 key (PEM) that signs approval grants; share one across processes", "serve, mcp, worker, beat, grantkey"),
     Var("IMPRI_GRANT_TTL_S", "3600", "`3600`", "how long an approval's grant is valid", "serve, mcp"),
+    Var("IMPRI_KEY_LIVE_S", "86400", "`86400`", "`impri grantkey retire` refuses a grant signing key that a process published at its start or signed with this recently (each process notes its key once a minute), unless `--force`; keep it above `IMPRI_GRANT_TTL_S`", "grantkey, serve, mcp, worker"),
     Var("IMPRI_BEHIND_PROXY", "false", "`false`", "older name: `true` switches on the same HTTPS mode as an `https://` `IMPRI_BASE_URL`", "serve"),
     Var("IMPRI_SECURE_COOKIES", "false", "`false`", "older name: `true` switches on the same HTTPS mode as an `https://` `IMPRI_BASE_URL`", "serve"),
     Var("IMPRI_TRUSTED_PROXIES", "", "empty", "CIDRs of proxies whose `X-Forwarded-For` is believed for the client address (login lockouts, the audit's `ip`); e.g. `10.0.0.0/8`", "serve"),

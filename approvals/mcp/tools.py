@@ -200,7 +200,8 @@ async def impri_await_decision(
             progress_every_s=settings.IMPRI_MCP_PROGRESS_EVERY_S,
         )
     )
-    return DecisionOut.model_validate(decision_out(action))
+    # On the pool: the grant is the one stored with the decision (approvals.grant_store).
+    return DecisionOut.model_validate(await db_threads.run(decision_out, action))
 
 
 async def impri_report_result(

@@ -105,7 +105,8 @@ class DecisionOut(BaseModel):
     grant: str | None = Field(
         default=None,
         description="Approved: a signed single-use grant (compact JWS, EdDSA) the executor "
-        "verifies against /.well-known/jwks.json before moving money.",
+        "verifies against /.well-known/jwks.json before moving money. Stored with the "
+        "decision: every read returns the same bytes.",
     )
 
 

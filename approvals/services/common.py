@@ -10,7 +10,7 @@ from django.db import transaction
 
 from audit import log as audit
 
-from .. import events, outbox
+from .. import events, grant_store, outbox
 from ..digests import payload_sha256  # noqa: F401  (the services' name for it)
 from ..errors import InvalidInput
 from ..models import Action
@@ -35,6 +35,8 @@ def _announce(action: Action, event: str, *, new: bool = False) -> None:
     ``new``: the action was created in this transaction (a rule decided it), so nobody
     can be waiting on it yet; only the inboxes and the webhook hear of it.
     """
+    if event == "action.approved":
+        grant_store.issue(action)  # stored with the decision; every read returns it (issue 40)
     events.publish_on_commit(action, event, new=new)
     outbox.enqueue_webhook(action, event)
 

@@ -232,7 +232,7 @@ def test_rotating_the_key_keeps_old_grants_verifiable(settings, tmp_path, agent,
         assert len(published["keys"]) == 2
         check_grant(before["grant"], published, action.pk, before["payload_sha256"])
         after = agent.client().get(f"/actions/{action.pk}/decision", timeout_s=0).json()
-        assert after["grant"] != before["grant"]  # signed with the new key from now on
+        assert after["grant"] == before["grant"]  # stored with the decision (issue 40)
         report = {"status": "executed", "grant": before["grant"]}
         assert agent.client().post(f"/actions/{action.pk}/result", report).status_code == 200
         rotated = AuditEvent.objects.get(event="grant.key_rotated")

@@ -11,8 +11,10 @@ import io
 import os
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
+import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 from django.contrib.auth.models import User
@@ -20,6 +22,7 @@ from django.core import checks
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import Client
+from django.utils import timezone
 
 from approvals import grants
 from approvals.models import GrantSigningKey
@@ -59,8 +62,6 @@ def test_each_replica_publishes_its_key_and_every_jwks_lists_both(replica):
     assert kids[0] == two and one in kids and len(kids) == 2
     # Replica 2 knows replica 1's key: a grant replica 1 signed verifies here.
     assert grants.verifying_keys()[one] is not None
-    import jwt
-
     public = grants.verifying_keys()[jwt.get_unverified_header(signed_by_one)["kid"]]
     assert jwt.decode(signed_by_one, public, algorithms=["EdDSA"], options={"verify_exp": False})
 
@@ -82,21 +83,83 @@ def test_two_signing_keys_warn_in_the_check_readyz_metrics_and_admin(replica, se
     assert "impri grantkey new" in html
 
 
+def _idle(kid: str) -> None:
+    """As if the process that published ``kid`` stopped two days ago."""
+    long_ago = timezone.now() - timedelta(days=2)
+    GrantSigningKey.objects.filter(kid=kid).update(last_published_at=long_ago)
+
+
 def test_retiring_the_other_key_leaves_one_and_the_warning_goes(replica):
     one = replica(1)
     two = replica(2)
     out = io.StringIO()
     call_command("grantkey", "list", stdout=out)
     assert f"{two}  signing (this process)" in out.getvalue()
+    _idle(one)
     call_command("grantkey", "retire", "--", one, stderr=io.StringIO())
     assert [k["kid"] for k in grants.jwks()["keys"]] == [two]
     assert warnings() == [] and Client().get("/readyz").json()["grant_signing_keys"] == {"count": 1}
     assert AuditEvent.objects.get(event="grant.key_retired").data == {"kid": one}
     with pytest.raises(CommandError, match="this process signs with"):
         call_command("grantkey", "retire", "--", two)
-    # Replica 1 starting again with its key publishes it again: its grants must verify.
-    assert replica(1) == one
-    assert len(grants.jwks()["keys"]) == 2
+
+
+def test_a_retired_key_is_never_published_again_not_even_by_a_restart_that_has_it(replica, caplog):
+    one = replica(1)
+    replica(2)
+    _idle(one)
+    call_command("grantkey", "retire", "--", one, stderr=io.StringIO())
+    # Replica 1 starts again with its key still configured: it publishes nothing and says why.
+    with pytest.raises(grants.KeyRefused, match="never published again"):
+        replica(1)
+    grants.forget_keys()
+    grants.publish_at_start()  # what serve and the worker call
+    assert "was retired (impri grantkey retire)" in caplog.text
+    assert "IMPRI_GRANT_SIGNING_KEY_FILE" in caplog.text
+    assert GrantSigningKey.objects.get(kid=one).retired_at is not None
+    assert one not in [k["kid"] for k in grants.jwks()["keys"]]
+    # Its new grants do not verify anywhere, here included; the operator is told.
+    grant = grants.sign({"act": "act_x", "payload_sha256": "0", "jti": "j", "exp": 1})
+    assert grants.verifying_keys().get(jwt.get_unverified_header(grant)["kid"]) is None
+    assert "was retired" in (grants.several_keys_problem() or "")
+    assert warnings() == ["impri.W003"]
+
+
+def test_retiring_a_key_a_live_process_uses_is_refused_unless_forced(
+    replica, django_capture_on_commit_callbacks
+):
+    one = replica(1)
+    # A running replica 1 signs a grant: it notes the key on its row (after the commit).
+    with django_capture_on_commit_callbacks(execute=True):
+        grants.sign({"act": "act_x", "payload_sha256": "0", "jti": "j", "exp": 1})
+    assert GrantSigningKey.objects.get(kid=one).last_signed_at is not None
+    replica(2)
+    with pytest.raises(CommandError, match=r"in use by a running process .* IMPRI_KEY_LIVE_S"):
+        call_command("grantkey", "retire", "--", one)
+    assert GrantSigningKey.objects.get(kid=one).retired_at is None
+    assert one in [k["kid"] for k in grants.jwks()["keys"]]
+    # Published long ago, but signed with a minute ago: still in use.
+    _idle(one)
+    GrantSigningKey.objects.filter(kid=one).update(
+        last_signed_at=timezone.now() - timedelta(minutes=1)
+    )
+    with pytest.raises(CommandError, match="--force"):
+        call_command("grantkey", "retire", "--", one)
+    call_command("grantkey", "retire", "--force", "--", one, stderr=io.StringIO())
+    assert one not in [k["kid"] for k in grants.jwks()["keys"]]
+    assert AuditEvent.objects.get(event="grant.key_retired").data == {"kid": one, "forced": True}
+
+
+def test_a_key_idle_for_longer_than_key_live_s_retires_without_force(replica, settings):
+    settings.IMPRI_KEY_LIVE_S = 60
+    one = replica(1)
+    replica(2)
+    GrantSigningKey.objects.filter(kid=one).update(
+        last_published_at=timezone.now() - timedelta(seconds=61),
+        last_signed_at=timezone.now() - timedelta(seconds=61),
+    )
+    call_command("grantkey", "retire", "--", one, stderr=io.StringIO())
+    assert GrantSigningKey.objects.get(kid=one).retired_at is not None
 
 
 def test_a_rotated_key_still_verifies_but_no_longer_counts_as_signing(replica):

@@ -114,3 +114,37 @@ def test_with_the_key_given_to_both_there_is_one_key_and_no_warning(tmp_path):
         assert "W003" not in check.stderr + check.stdout
     finally:
         deployment.close()
+
+
+def kids(server) -> set[str]:
+    return {k["kid"] for k in jwks(server)["keys"]}
+
+
+def test_a_live_replicas_key_is_not_retired_and_once_forced_a_restart_does_not_publish_it():
+    """`grantkey retire` refuses the key a running replica signs with; --force retires it,
+    and that replica, restarted with the key still in its data directory, publishes nothing."""
+    deployment = Deployment()
+    data_one = tempfile.mkdtemp(prefix="impri-replica-")
+    one = deployment.start_server(IMPRI_DATA_DIR=data_one)
+    two = deployment.start_server(IMPRI_DATA_DIR=tempfile.mkdtemp(prefix="impri-replica-"))
+    try:
+        decision, action_id, agent = approved_grant(deployment, through=one)
+        kid_one = jwks(one)["keys"][0]["kid"]
+        refused = deployment.impri("grantkey", "retire", "--", kid_one, check=False)
+        assert refused.returncode != 0
+        assert "in use by a running process" in refused.stderr
+        assert "IMPRI_KEY_LIVE_S" in refused.stderr
+        assert kid_one in kids(two)
+
+        deployment.impri("grantkey", "retire", "--force", "--", kid_one)
+        assert kid_one not in kids(one) | kids(two)
+        one.stop()
+        again = deployment.start_server(IMPRI_DATA_DIR=data_one)
+        assert kid_one not in kids(again) | kids(two)
+        assert "was retired (impri grantkey retire)" in again.output()
+        # The decision made before still reads back with the grant it was given.
+        with two.client(agent) as client:
+            read = client.get(f"/actions/{action_id}/decision?timeout_s=0").json()
+        assert read["grant"] == decision["grant"]
+    finally:
+        deployment.close()

@@ -3,6 +3,11 @@
 stdout carries nothing but the MCP protocol: Django's logging already writes
 to stderr, the SDK points fd 1 at stderr while it serves, and every message
 of this command goes to stderr too.
+
+It signs grants with the deployment's key, the one ``impri serve`` publishes
+(``IMPRI_GRANT_SIGNING_KEY_FILE``, or the key serve generated in this data
+directory), and never makes or publishes one of its own: without it, it refuses
+to start with one line naming the setting (``approvals.grants.use_shared_key``).
 """
 
 from __future__ import annotations
@@ -41,9 +46,6 @@ class Command(BaseCommand):
                 "and put it in the MCP server's environment"
             )
         principal = _authenticate(raw)
-        from approvals import grants
-
-        grants.publish_at_start()  # this process signs the grants of the decisions it returns
         if principal is None:
             raise CommandError(
                 "IMPRI_API_KEY is not a valid agent key (unknown, revoked, or its agent is "
@@ -54,6 +56,13 @@ class Command(BaseCommand):
                 "IMPRI_API_KEY is a reviewer token; `impri mcp` needs an agent key "
                 "from `impri createagent NAME`"
             )
+        from approvals import grants
+
+        try:
+            # Signs with the key impri serve published; never generates or publishes its own.
+            grants.use_shared_key()
+        except grants.KeyRefused as exc:
+            raise CommandError(str(exc)) from None
         if settings.DATABASE_URL and not settings.REDIS_URL:
             self.stderr.write(
                 "warning: DATABASE_URL is set but REDIS_URL is not: a decision made in `impri "
