@@ -39,7 +39,26 @@ export interface VerifyGrantOptions {
 
 const remoteSets = new Map<string, JWTVerifyGetKey>();
 
+/** EdDSA (RFC 8037) and Ed25519 (RFC 9864) name one signature: a key published with either `alg` verifies both. */
+const SAME_SIGNATURE: Record<string, string> = { EdDSA: "Ed25519", Ed25519: "EdDSA" };
+
+function eitherName(keys: JWTVerifyGetKey): JWTVerifyGetKey {
+  return async (header, token) => {
+    try {
+      return await keys(header, token);
+    } catch (error) {
+      const other = SAME_SIGNATURE[header.alg ?? ""];
+      if (!other || !(error instanceof joseErrors.JWKSNoMatchingKey)) throw error;
+      return await keys({ ...header, alg: other }, token);
+    }
+  };
+}
+
 function keySet(options: VerifyGrantOptions): JWTVerifyGetKey {
+  return eitherName(publishedKeys(options));
+}
+
+function publishedKeys(options: VerifyGrantOptions): JWTVerifyGetKey {
   if (options.jwks) return createLocalJWKSet(options.jwks);
   if (!options.jwksUrl) throw new TypeError("verifyGrant needs jwksUrl or jwks");
   const url = String(options.jwksUrl);

@@ -1,20 +1,31 @@
 /**
- * Mastra (`@mastra/core`): Impri answers `requireToolApproval`, and tools run only with what was approved.
+ * Mastra (`@mastra/core` 1.x and 0.24): tools run only with what a reviewer approved, and Impri
+ * answers `requireToolApproval`.
  *
  * - `gateMastraTool(impri, tool, {action})`: the tool's `execute` runs only after approval, with the
- *   approved (possibly edited) arguments, and its result is reported. Works on its own.
+ *   approved (possibly edited) arguments, once, and its result is reported. Not approved: it never
+ *   runs and the model reads `{approved: false, status, note, reason}`. Works on its own.
  * - `answerToolApprovals(impri, agent, stream)`: the `requireToolApproval` hook. Reads the stream of
- *   `agent.stream(…, { requireToolApproval: true })`; for each `tool-call-approval` it pushes the call
- *   to Impri, waits, and answers with `agent.approveToolCall` or `agent.declineToolCall`, until the run
- *   ends. Mastra resumes an approved call with the model's own arguments, so an approval a reviewer
- *   edited is applied only to a tool wrapped by `gateMastraTool` (its `execute` picks up the same
- *   action, by its idempotency key, and runs the approved payload); for any other tool such an approval
- *   is declined and nothing runs.
+ *   `agent.stream(…, { requireToolApproval: true })`; each `tool-call-approval` becomes an action
+ *   (for a gated tool, the tool's own action: its kind, title, editable paths), Impri's decision
+ *   answers it, until the run ends. A gated tool's call is always resumed: its `execute` finds the
+ *   same action and enforces the decision itself (edits applied, the note returned to the model).
+ *   Any other tool runs only when approved as proposed (Mastra resumes with the model's own
+ *   arguments), and its result is reported; otherwise the call is declined with the reviewer's note
+ *   as the reason (Mastra 1.x shows it to the model), and an approval with edits is reported
+ *   `failed` (not run).
+ *
+ * The idempotency key, shared by the hook and the gated tool so both land on one action, is
+ * `mastra:<tool id>:<sha256>` of the action's kind, the tool id, and then: the tool call's id and
+ * the agent run's id where Mastra gives them (1.x passes both to a tool; 0.24 only the call id,
+ * its `runId` is the tool's own run), else the run id and the RFC 8785 JSON of the arguments (a
+ * tool run by a workflow step). Nothing to key on: a `TypeError`, unless `idempotencyKey` is given.
  * No import of `@mastra/core` here: these work on the objects' shapes.
  */
+import { canonicalJson } from "./canonical.js";
 import type { Impri } from "./client.js";
-import { actionFor, gate, type ActionSpec, type ActionSpecFor } from "./gate.js";
 import { ActionNotApproved } from "./errors.js";
+import { actionFor, gate, type ActionSpec, type ActionSpecFor } from "./gate.js";
 import { notApprovedResult } from "./ai.js";
 import type { Decision, JsonObject } from "./types.js";
 
@@ -22,46 +33,94 @@ const GATED = Symbol.for("impri.gated");
 
 interface GateMark {
   action: ActionSpecFor<JsonObject>;
+  toolId: string;
+}
+
+/** What a Mastra tool call is known by: the tool call's id and the agent run's id, when there. */
+export interface MastraCall {
+  toolId: string;
+  toolCallId?: string;
+  runId?: string;
+  args: JsonObject;
 }
 
 export interface MastraToolOptions<I> {
   action: ActionSpecFor<I>;
   timeoutS?: number;
   onNotApproved?: (error: ActionNotApproved) => unknown;
+  /** Your own key for a call (default: see the module's comment). */
+  idempotencyKey?: (call: MastraCall) => string;
 }
 
-interface MastraTool {
+type AnyFunction = (...args: any[]) => any;
+
+/** A tool as `createTool` makes it, in either major: an `id` and an `execute`. */
+export interface MastraTool {
   id?: string;
-  execute?: (context: { context: any; [key: string]: unknown }, options?: { toolCallId?: string; abortSignal?: AbortSignal; [key: string]: unknown }) => Promise<any>;
+  execute?: AnyFunction;
 }
 
-function keyFor(spec: ActionSpecFor<JsonObject>, input: JsonObject, toolCallId: string): string {
-  return `${(typeof spec === "function" ? spec(input) : spec).kind}:${toolCallId}`;
+async function sha256Hex(text: string): Promise<string> {
+  const digest = await globalThis.crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));
+  return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
-/** A copy of the Mastra tool whose `execute` is gated behind Impri. */
-export function gateMastraTool<T extends MastraTool>(impri: Impri, tool: T, options: MastraToolOptions<any>): T {
+function kindOf(spec: ActionSpecFor<JsonObject>, args: JsonObject): string {
+  return (typeof spec === "function" ? spec(args) : spec).kind;
+}
+
+/** The key of a call (the module's comment says what goes in). */
+export async function mastraKey(kind: string, call: MastraCall): Promise<string> {
+  let basis: unknown[];
+  if (call.toolCallId) basis = [kind, call.toolId, "call", call.toolCallId, call.runId ?? null];
+  else if (call.runId) basis = [kind, call.toolId, "run", call.runId, call.args];
+  else throw new TypeError("Mastra passed neither a toolCallId nor a runId: pass idempotencyKey to key the action");
+  return `mastra:${call.toolId.slice(0, 60)}:${await sha256Hex(canonicalJson(basis))}`;
+}
+
+/**
+ * The two calling conventions: 1.x `execute(input, context)` with `context.agent.toolCallId` and
+ * `context.runId`; 0.24 `execute({ context: input, runId, … }, { toolCallId, abortSignal, … })`.
+ */
+function callOf(first: any, second: any): { args: JsonObject; toolCallId?: string; runId?: string; signal?: AbortSignal; v1: boolean } {
+  const v1 = !!second && typeof second === "object" && ("requestContext" in second || "agent" in second || "workflow" in second || "observe" in second);
+  if (v1) {
+    return {
+      args: first as JsonObject,
+      toolCallId: second.agent?.toolCallId,
+      runId: second.runId ?? second.workflow?.runId,
+      signal: second.abortSignal,
+      v1,
+    };
+  }
+  return { args: (first?.context ?? {}) as JsonObject, toolCallId: second?.toolCallId, signal: second?.abortSignal, v1 };
+}
+
+/** A tool's arguments: 1.x `execute(input, …)`, 0.24 `execute({ context: input, … }, …)`. */
+export type MastraInput<T extends MastraTool> =
+  Parameters<NonNullable<T["execute"]>>[0] extends infer F ? (F extends { context: infer C; runtimeContext: any } ? C : F) : never;
+
+/** A copy of the Mastra tool whose `execute` is gated behind Impri (same type: drops into `tools: {…}`). */
+export function gateMastraTool<T extends MastraTool>(impri: Impri, tool: T, options: MastraToolOptions<MastraInput<T>>): T {
   const execute = tool.execute;
   if (typeof execute !== "function") throw new TypeError("gateMastraTool needs a tool with an execute function");
   const spec = options.action as ActionSpecFor<JsonObject>;
+  const toolId = tool.id ?? "tool";
   const gated = Object.assign(Object.create(Object.getPrototypeOf(tool)), tool) as T & { [GATED]: GateMark };
-  gated.execute = async (context, callOptions) => {
-    const input = context.context as JsonObject;
-    const toolCallId = callOptions?.toolCallId;
-    if (!toolCallId) throw new TypeError("Mastra passed no toolCallId: cannot key the action");
+  gated.execute = async (first: any, second: any) => {
+    const call = callOf(first, second);
+    const described: MastraCall = { toolId, toolCallId: call.toolCallId, runId: call.runId, args: call.args };
+    const key = options.idempotencyKey?.(described) ?? (await mastraKey(kindOf(spec, call.args), described));
     try {
-      return await gate(
-        impri,
-        input,
-        { action: spec, idempotencyKey: keyFor(spec, input, toolCallId), timeoutS: options.timeoutS, signal: callOptions?.abortSignal },
-        (payload) => execute.call(tool, { ...context, context: payload }, callOptions),
+      return await gate(impri, call.args, { action: spec, idempotencyKey: key, timeoutS: options.timeoutS, signal: call.signal }, (payload) =>
+        call.v1 ? execute.call(tool, payload, second) : execute.call(tool, { ...first, context: payload }, second),
       );
     } catch (error) {
       if (error instanceof ActionNotApproved) return (options.onNotApproved ?? notApprovedResult)(error);
       throw error;
     }
   };
-  gated[GATED] = { action: spec };
+  gated[GATED] = { action: spec, toolId };
   return gated;
 }
 
@@ -73,24 +132,26 @@ interface Chunk {
 
 interface MastraStream {
   runId?: string;
-  fullStream: AsyncIterable<Chunk> | ReadableStream<Chunk>;
+  fullStream: AsyncIterable<any> | ReadableStream<any>;
 }
 
+/** The agent's methods the hook uses (1.x `listTools`, 0.24 `getTools`). */
 interface MastraAgent<S extends MastraStream> {
-  getTools?: (options?: any) => Promise<Record<string, unknown>> | Record<string, unknown>;
-  approveToolCall(options: { runId: string; toolCallId?: string; [key: string]: unknown }): Promise<S>;
-  declineToolCall(options: { runId: string; toolCallId?: string; [key: string]: unknown }): Promise<S>;
+  listTools?: (options?: any) => any;
+  getTools?: (options?: any) => any;
+  approveToolCall(options: any): Promise<S>;
+  declineToolCall(options: any): Promise<S>;
 }
 
 export interface ApprovalOptions {
-  /** The action for a tool that is not wrapped by `gateMastraTool`. Default: kind `tool.<name>`. */
+  /** The action for a tool not wrapped by `gateMastraTool`. Default: kind `tool.<name>`. */
   action?: (toolName: string, args: JsonObject) => ActionSpec;
   timeoutS?: number;
   /** Every chunk of every stream of the run, as it passes (to show text, tool results…). */
   onChunk?: (chunk: Chunk) => void;
   /** Each decision Impri made for a tool call. */
   onDecision?: (decision: Decision, toolName: string) => void;
-  /** Passed on to `approveToolCall` / `declineToolCall` (e.g. memory, runtimeContext). */
+  /** Passed on to `approveToolCall` / `declineToolCall` (e.g. memory, requestContext). */
   resumeOptions?: Record<string, unknown>;
 }
 
@@ -106,6 +167,19 @@ function defaultAction(toolName: string, args: JsonObject): ActionSpec {
   return { kind: `tool.${toolName.toLowerCase().replace(/[^a-z0-9_-]+/g, "_")}`, title: `${toolName}(${JSON.stringify(args)})`.slice(0, 200) };
 }
 
+/** What the model is told when a call is declined: the reviewer's words, or what happened. */
+export function declineReason(decision: Decision): string {
+  if (decision.status === "approved") return "approved with changes this tool cannot apply: not run";
+  const said = decision.note ? `: ${decision.note}` : "";
+  return `not approved by a reviewer (${decision.status}${decision.reason ? `, ${decision.reason}` : ""})${said}`;
+}
+
+function detailOf(result: unknown): JsonObject | string {
+  if (typeof result === "string") return result;
+  if (result && typeof result === "object" && !Array.isArray(result)) return JSON.parse(JSON.stringify(result)) as JsonObject;
+  return { value: result === undefined ? null : JSON.parse(JSON.stringify(result)) };
+}
+
 /** The `requireToolApproval` hook: answer every tool-call approval of a Mastra run with Impri's decision. */
 export async function answerToolApprovals<S extends MastraStream>(
   impri: Impri,
@@ -113,7 +187,8 @@ export async function answerToolApprovals<S extends MastraStream>(
   stream: S,
   options: ApprovalOptions = {},
 ): Promise<ApprovalRun<S>> {
-  const tools = (await agent.getTools?.()) ?? {};
+  const v1 = typeof agent.listTools === "function";
+  const tools: Record<string, unknown> = (await (v1 ? agent.listTools!() : agent.getTools?.())) ?? {};
   const decisions: Decision[] = [];
   const unwrappedRuns = new Map<string, Decision>(); // toolCallId -> decision, for a tool not gated itself
   let current = stream;
@@ -124,27 +199,34 @@ export async function answerToolApprovals<S extends MastraStream>(
       options.onChunk?.(chunk);
       if (chunk.type === "text-delta") text += chunk.payload?.text ?? "";
       if (chunk.type === "tool-call-approval") {
-        pending = { runId: chunk.runId ?? current.runId ?? "", ...chunk.payload };
+        const { toolCallId, toolName, args } = chunk.payload ?? {};
+        pending = { runId: chunk.runId ?? current.runId ?? "", toolCallId, toolName, args: args ?? {} };
       }
-      if (chunk.type === "tool-result" && unwrappedRuns.has(chunk.payload?.toolCallId)) {
-        const decision = unwrappedRuns.get(chunk.payload.toolCallId)!;
-        unwrappedRuns.delete(chunk.payload.toolCallId);
-        const result = chunk.payload?.result;
-        const detail = typeof result === "string" ? result : result && typeof result === "object" && !Array.isArray(result) ? result : { value: result ?? null };
-        await impri.reportResult(decision.action_id, { status: chunk.payload?.isError ? "failed" : "executed", detail, grant: decision.grant });
+      const callId = chunk.payload?.toolCallId;
+      if ((chunk.type === "tool-result" || chunk.type === "tool-error") && unwrappedRuns.has(callId)) {
+        const decision = unwrappedRuns.get(callId)!;
+        unwrappedRuns.delete(callId);
+        const failed = chunk.type === "tool-error" || chunk.payload?.isError;
+        const detail = chunk.type === "tool-error" ? { error: String(chunk.payload?.error?.message ?? chunk.payload?.error) } : detailOf(chunk.payload?.result);
+        await impri.reportResult(decision.action_id, { status: failed ? "failed" : "executed", detail, grant: decision.grant });
       }
     }
     if (!pending) return { stream: current, text, decisions };
-    const tool = tools[pending.toolName] as { [GATED]?: GateMark } | undefined;
-    const mark = tool?.[GATED];
-    const spec: ActionSpecFor<JsonObject> = mark?.action ?? ((args: JsonObject) => (options.action ?? defaultAction)(pending!.toolName, args));
-    const action = await impri.push(actionFor(spec, pending.args), { idempotencyKey: keyFor(spec, pending.args, pending.toolCallId) });
+    const call = pending;
+    const mark = (tools[call.toolName] as { [GATED]?: GateMark } | undefined)?.[GATED];
+    const spec: ActionSpecFor<JsonObject> = mark?.action ?? ((args: JsonObject) => (options.action ?? defaultAction)(call.toolName, args));
+    // 0.24 gives a tool its own runId, not the agent run's: only 1.x's is part of the key.
+    const described: MastraCall = { toolId: mark?.toolId ?? call.toolName, toolCallId: call.toolCallId, runId: v1 ? call.runId : undefined, args: call.args };
+    const key = await mastraKey(kindOf(spec, call.args), described);
+    const action = await impri.push(actionFor(spec, call.args), { idempotencyKey: key });
     const decision = await impri.awaitDecision(action.action_id, { timeoutS: options.timeoutS });
     decisions.push(decision);
-    options.onDecision?.(decision, pending.toolName);
-    const answer = { ...options.resumeOptions, runId: pending.runId, toolCallId: pending.toolCallId };
-    if (decision.status === "approved" && (mark || !decision.edited_by_human)) {
-      if (!mark) unwrappedRuns.set(pending.toolCallId, decision);
+    options.onDecision?.(decision, call.toolName);
+    const answer = { ...options.resumeOptions, runId: call.runId, toolCallId: call.toolCallId };
+    if (mark) {
+      current = await agent.approveToolCall(answer); // the gated execute enforces the decision
+    } else if (decision.status === "approved" && !decision.edited_by_human) {
+      unwrappedRuns.set(call.toolCallId, decision);
       current = await agent.approveToolCall(answer);
     } else {
       if (decision.status === "approved") {
@@ -155,7 +237,7 @@ export async function answerToolApprovals<S extends MastraStream>(
           grant: decision.grant,
         });
       }
-      current = await agent.declineToolCall(answer);
+      current = await agent.declineToolCall({ ...answer, reason: declineReason(decision) });
     }
   }
 }

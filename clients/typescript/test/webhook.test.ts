@@ -1,21 +1,29 @@
 // A decision delivered to a callback_url, verified with verifyWebhook (Standard Webhooks).
 import assert from "node:assert/strict";
-import { createServer } from "node:http";
+import { createServer, type IncomingHttpHeaders } from "node:http";
+import type { AddressInfo } from "node:net";
 import { test } from "node:test";
 
-import { Impri, WebhookVerificationError, verifyWebhook } from "../dist/index.js";
-import { live, unique } from "./server.mjs";
+import { Impri, WebhookVerificationError, verifyWebhook } from "@impri/client";
+import { live, unique } from "./server.js";
 
 const { url, agentKey, rita, secret } = live();
 const impri = new Impri({ baseUrl: url, apiKey: agentKey });
 
-function receiver() {
-  const deliveries = [];
-  let notify;
-  const arrived = new Promise((resolve) => (notify = resolve));
+interface Receiver {
+  url: string;
+  deliveries: { headers: IncomingHttpHeaders; body: Buffer }[];
+  arrived: Promise<void>;
+  close(): void;
+}
+
+function receiver(): Promise<Receiver> {
+  const deliveries: Receiver["deliveries"] = [];
+  let notify = () => {};
+  const arrived = new Promise<void>((resolve) => (notify = resolve));
   const server = createServer((req, res) => {
-    const chunks = [];
-    req.on("data", (c) => chunks.push(c));
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
     req.on("end", () => {
       deliveries.push({ headers: req.headers, body: Buffer.concat(chunks) });
       res.writeHead(204).end();
@@ -23,7 +31,7 @@ function receiver() {
     });
   });
   return new Promise((resolve) =>
-    server.listen(0, "127.0.0.1", () => resolve({ url: `http://127.0.0.1:${server.address().port}/impri-hook`, deliveries, arrived, close: () => server.close() })),
+    server.listen(0, "127.0.0.1", () => resolve({ url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/impri-hook`, deliveries, arrived, close: () => server.close() })),
   );
 }
 
@@ -42,7 +50,7 @@ test("the approval arrives at callback_url and verifyWebhook accepts it, and onl
     await rita.approve(action.action_id, { "payload.amount_cents": 1500 });
     await hook.arrived;
     const { headers, body } = hook.deliveries[0];
-    assert.ok(headers["webhook-id"] && headers["webhook-signature"].startsWith("v1,"));
+    assert.ok(headers["webhook-id"] && String(headers["webhook-signature"]).startsWith("v1,"));
 
     const decision = await verifyWebhook(headers, body, secret);
     assert.equal(decision.action_id, action.action_id);
@@ -50,7 +58,7 @@ test("the approval arrives at callback_url and verifyWebhook accepts it, and onl
     assert.deepEqual(decision.payload, { order_id: "7", amount_cents: 1500, currency: "USD" });
     assert.ok(decision.grant);
     // The same from a fetch-style Headers and text body.
-    const asHeaders = new Headers(Object.entries(headers).map(([k, v]) => [k, String(v)]));
+    const asHeaders = new Headers(Object.entries(headers).map(([k, v]): [string, string] => [k, String(v)]));
     assert.equal((await verifyWebhook(asHeaders, body.toString("utf8"), secret)).action_id, action.action_id);
 
     const tampered = Buffer.from(body.toString("utf8").replace('"amount_cents": 1500', '"amount_cents": 9999').replace('"amount_cents":1500', '"amount_cents":9999'));
