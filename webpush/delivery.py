@@ -7,7 +7,9 @@ each active member of the group. Its outbox (``OUTBOX``) sends what is due with 
 outbox's lease, backoff and give-up (``delivery.outboxes``), each push service host a
 destination of ``delivery.lanes``, through the outbound-address guard
 (``plumbing.outbound``) like every webhook. A push service's 404 or 410 means the
-browser dropped the subscription: it is removed, with its queued pushes.
+browser dropped the subscription: every registration of it is removed, with its queued
+pushes. Only an endpoint's owner (its earliest registration, ``models.PushSubscription``)
+is pushed to; another reviewer's registration of it is held.
 
 Each message is encrypted for the one browser (RFC 8291, aes128gcm through pywebpush)
 and signed with the server's VAPID key (RFC 8292). Its JSON carries the action's id,
@@ -66,12 +68,19 @@ def reachable() -> Exists:
     )
 
 
+def owners():
+    """Registrations that own their endpoint: no earlier registration of it stands."""
+    earlier = PushSubscription.objects.filter(endpoint=OuterRef("endpoint"), pk__lt=OuterRef("pk"))
+    return PushSubscription.objects.exclude(Exists(earlier))
+
+
 def enqueue(action: Action, group: Group, kind: str) -> int:
-    """One row per push subscription of the group's active members; how many."""
+    """One row per push subscription the group's active members own; how many."""
     if kind not in PushDelivery.Kind.values:
         return 0
     subscriptions = list(
-        PushSubscription.objects.filter(user__groups=group, user__is_active=True)
+        owners()
+        .filter(user__groups=group, user__is_active=True)
         .values_list("pk", flat=True)
         .distinct()
     )
@@ -194,8 +203,9 @@ def check_still_relevant(row: PushDelivery) -> None:
 
 
 def gone(subscription: PushSubscription, status: int) -> None:
-    """The push service no longer knows this browser: forget it (and its queued pushes)."""
-    deleted = PushSubscription.objects.filter(pk=subscription.pk).delete()[0]
+    """The push service no longer knows this browser: forget every registration of it (and
+    their queued pushes), a held one's too."""
+    deleted = PushSubscription.objects.filter(endpoint=subscription.endpoint).delete()[0]
     if deleted:
         logger.info(
             "push subscription %s of %s removed: the push service answered %s",

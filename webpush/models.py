@@ -11,16 +11,21 @@ from approvals.models import Action, OutboxRow
 
 
 class PushSubscription(models.Model):
-    """A browser's ``PushSubscription``: where its push service takes messages, and its keys.
+    """A reviewer's registration of a browser's ``PushSubscription``: its endpoint and keys.
 
-    One endpoint belongs to one reviewer: the last one who turned notifications on in
-    that browser. A push service answering 404 or 410 removes it (the browser dropped it).
+    An endpoint belongs to the reviewer who registered it first: only the earliest
+    registration of an endpoint still standing (the lowest id) is pushed to. Another
+    reviewer posting the same endpoint (a shared browser; or someone who got hold of the
+    URL) is registered too, answered exactly as a fresh registration, and held: nothing
+    is pushed to it, and the owner's row is untouched, until the owner's goes (they turn
+    notifications off or remove the device). A push service answering 404 or 410 removes
+    every registration of the endpoint (the browser dropped it).
     """
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="push_subscriptions"
     )
-    endpoint = models.URLField(max_length=2000, unique=True)
+    endpoint = models.URLField(max_length=2000)
     p256dh = models.CharField(max_length=128)  # the browser's P-256 key, base64url
     auth = models.CharField(max_length=64)  # the 16-byte authentication secret, base64url
     device = models.CharField(max_length=200, blank=True)  # a label from the User-Agent
@@ -29,6 +34,10 @@ class PushSubscription(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        constraints = [
+            # Leading with the endpoint: it also finds an endpoint's owner (the earliest row).
+            models.UniqueConstraint(fields=["endpoint", "user"], name="webpush_endpoint_per_user")
+        ]
 
     def __str__(self) -> str:
         return f"{self.user} on {self.device or 'a browser'}"

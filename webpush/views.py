@@ -2,8 +2,10 @@
 
 ``POST /inbox/push/subscriptions`` takes the browser's ``PushSubscription`` JSON
 (``endpoint``, ``keys.p256dh``, ``keys.auth``) from a signed-in session with its CSRF
-token; ``DELETE`` on the same path with the endpoint removes it; ``GET`` lists the
-reviewer's devices. ``GET /inbox/push/key`` is the VAPID public key the browser
+token and answers 201 with the reviewer's device, whether the endpoint was new, theirs
+already, or another reviewer's (then it is held, and theirs untouched); ``DELETE`` on the
+same path with the endpoint removes the reviewer's own; ``GET`` lists the reviewer's
+devices. ``GET /inbox/push/key`` is the VAPID public key the browser
 subscribes with. ``/inbox/push/`` is the page where a reviewer sees and removes devices.
 """
 
@@ -71,15 +73,29 @@ def subscriptions(request: HttpRequest) -> HttpResponse:
         return _error(str(exc))
     device = endpoints.device_label(request.headers.get("User-Agent", ""))
     try:
-        with transaction.atomic():
-            # One endpoint, one reviewer: the last one who turned notifications on in that browser.
-            subscription, created = PushSubscription.objects.update_or_create(
-                endpoint=fields["endpoint"],
-                defaults={**fields, "user": request.user, "device": device},
-            )
-    except IntegrityError:  # two requests for one endpoint at once: the other one won
+        subscription = _register(request.user, fields, device)
+    except IntegrityError:  # this reviewer's two requests for one endpoint at once
         return _error("this subscription is being saved already; try again", status=409)
-    return JsonResponse(_device(subscription), status=201 if created else 200)
+    # 201 whatever was there: the answer never says whether anyone else registered it.
+    return JsonResponse(_device(subscription), status=201)
+
+
+def _register(user, fields: dict, device: str) -> PushSubscription:
+    """This reviewer's registration of the endpoint, made or refreshed; nobody else's row is
+    read or touched. Held when another reviewer registered the endpoint first
+    (``models.PushSubscription``)."""
+    mine = PushSubscription.objects.filter(user=user, endpoint=fields["endpoint"]).first()
+    if mine is not None and (mine.p256dh, mine.auth, mine.device) == (
+        fields["p256dh"],
+        fields["auth"],
+        device,
+    ):
+        return mine  # the page says so again on each load: nothing to write
+    with transaction.atomic():
+        subscription, _ = PushSubscription.objects.update_or_create(
+            user=user, endpoint=fields["endpoint"], defaults={**fields, "device": device}
+        )
+    return subscription
 
 
 @require_GET

@@ -6,24 +6,36 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('approvals', '0013_grantsigningkey_from_impri'),
+        ("approvals", "0013_grantsigningkey_from_impri"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='IssuedGrant',
+            name="IssuedGrant",
             fields=[
-                ('action', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='issued_grant', serialize=False, to='approvals.action')),
-                ('token', models.TextField(help_text='The compact JWS, as every read returns it.')),
-                ('kid', models.CharField(help_text='The key that signed it.', max_length=64)),
-                ('issued_at', models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "action",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        primary_key=True,
+                        related_name="issued_grant",
+                        serialize=False,
+                        to="approvals.action",
+                    ),
+                ),
+                ("token", models.TextField(help_text="The compact JWS, as every read returns it.")),
+                ("kid", models.CharField(help_text="The key that signed it.", max_length=64)),
+                ("issued_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
         ),
         migrations.AddField(
-            model_name='grantsigningkey',
-            name='last_signed_at',
-            field=models.DateTimeField(blank=True, help_text='A running process signed with it (noted once a minute).', null=True),
+            model_name="grantsigningkey",
+            name="last_signed_at",
+            field=models.DateTimeField(
+                blank=True,
+                help_text="A running process signed with it (noted once a minute).",
+                null=True,
+            ),
         ),
     ]

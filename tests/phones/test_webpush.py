@@ -255,7 +255,7 @@ def test_subscriptions_need_a_session_csrf_https_and_a_public_or_allowed_host(
     )
 
     assert subscribe(client, body).status_code == 201
-    assert subscribe(client, body).status_code == 200  # the same browser again: one device
+    assert subscribe(client, body).status_code == 201  # the same browser again: one device
     devices = client.get("/inbox/push/subscriptions").json()["devices"]
     assert len(devices) == 1 and devices[0]["endpoint_host"] == "127.0.0.1"
     page = client.get("/inbox/push/")
@@ -327,3 +327,86 @@ def test_admin_lists_devices_without_their_endpoints_and_the_push_outbox(
     page = admin_client.get(f"/admin/webpush/pushsubscription/{device.pk}/change/")
     assert page.status_code == 200 and b"secret-capability" not in page.content
     assert admin_client.get("/admin/webpush/pushdelivery/").status_code == 200
+
+
+def _answer(response) -> tuple[int, dict]:
+    """A registration's answer without what differs between any two registrations."""
+    body = response.json()
+    return response.status_code, {k: v for k, v in body.items() if k not in ("id", "created_at")}
+
+
+@pytest.mark.django_db
+def test_posting_another_reviewers_endpoint_is_answered_as_a_fresh_one_and_takes_nothing(
+    push_service, rita, agent
+):
+    """Issue 40: re-posting someone's endpoint took their subscription over, and 200 vs 201
+    told whether it existed. Now the answer is a fresh registration's, the owner's row is
+    untouched and keeps every push; the other reviewer's registration is held."""
+    rita_browser = Browser(push_service.origin + "/push/rita-phone")
+    assert subscribe(signed_in(rita), rita_browser.json).status_code == 201
+    owned = PushSubscription.objects.get()
+    before = PushSubscription.objects.values().get(pk=owned.pk)
+
+    nora = make_reviewer("nora", "reviewers")
+    nora_client = signed_in(nora)
+    # Nora's own keys on Rita's endpoint, and, for comparison, an endpoint nobody has.
+    taken = subscribe(nora_client, {**Browser("").json, "endpoint": rita_browser.json["endpoint"]})
+    fresh = subscribe(nora_client, Browser(push_service.origin + "/push/nora-laptop").json)
+    assert _answer(taken) == _answer(fresh)
+    assert taken.status_code == 201 and set(taken.json()) == set(fresh.json())
+    again = subscribe(nora_client, {**Browser("").json, "endpoint": rita_browser.json["endpoint"]})
+    assert _answer(again) == _answer(fresh)
+    # Nora's device list reads as if the endpoint had been hers alone.
+    assert len(nora_client.get("/inbox/push/subscriptions").json()["devices"]) == 2
+
+    assert PushSubscription.objects.values().get(pk=owned.pk) == before
+    rita_devices = signed_in(rita).get("/inbox/push/subscriptions").json()["devices"]
+    assert [d["id"] for d in rita_devices] == [owned.pk]
+
+    # A push about the group's queue goes to Rita's browser with Rita's keys, and to Nora's
+    # other device; nothing goes to Nora's registration of Rita's endpoint.
+    make_action(agent.agent, title="Refund $84.00 on order 10432")
+    assert delivery.send_due() == 2
+    to_rita = [r for r in push_service.received if r["path"] == "/push/rita-phone"]
+    assert len(to_rita) == 1
+    assert rita_browser.decrypt(to_rita[0]["body"])["title"] == "Refund $84.00 on order 10432"
+    # Deleting the endpoint from Nora's session removes only Nora's registration.
+    assert unsubscribe(nora_client, rita_browser.json["endpoint"]).status_code == 204
+    after = PushSubscription.objects.values().get(pk=owned.pk)
+    assert {**after, "last_push_at": None} == before
+
+
+@pytest.mark.django_db
+def test_a_shared_browser_reaches_the_next_reviewer_once_the_first_ones_registration_goes(
+    push_service, rita, agent
+):
+    """Rita turned notifications on in a shared browser; Nora signs in there and the page
+    registers the browser for her too (held). Once Rita removes the device, Nora's
+    registration owns the endpoint; once the push service drops it, both are gone."""
+    shared = Browser(push_service.origin + "/push/front-desk")
+    rita_client = signed_in(rita)
+    assert subscribe(rita_client, shared.json).status_code == 201
+    nora = make_reviewer("nora", "reviewers")
+    assert subscribe(signed_in(nora), shared.json).status_code == 201  # the page, on load
+
+    make_action(agent.agent)
+    assert delivery.send_due() == 1  # one push to the browser: Rita's
+    assert PushDelivery.objects.get().subscription.user == rita.user
+
+    rita_row = PushSubscription.objects.get(user=rita.user)
+    removed = rita_client.post(
+        f"/inbox/push/devices/{rita_row.pk}/remove", headers=csrf(rita_client)
+    )
+    assert removed.status_code == 302
+    make_action(agent.agent, title="Refund $12.00 on order 10433")
+    assert delivery.send_due() == 1
+    latest = PushDelivery.objects.order_by("-pk").first()
+    assert latest.subscription.user == nora.user
+    assert shared.decrypt(push_service.received[-1]["body"])["title"].startswith("Refund $12.00")
+
+    # The browser dropped the subscription: every registration of it goes.
+    push_service.status = 410
+    subscribe(rita_client, shared.json)  # Rita signs in there again: held behind Nora's
+    make_action(agent.agent, title="Refund $1.00 on order 10434")
+    assert delivery.send_due() == 1
+    assert not PushSubscription.objects.exists()

@@ -64,8 +64,13 @@
     }
     registered.then(function (registration) {
       if (!registration) return show(false);
-      return registration.pushManager.getSubscription().then(function (existing) { show(!!existing); });
-    });
+      return registration.pushManager.getSubscription().then(function (existing) {
+        show(!!existing);
+        // This browser may have been turned on by someone else signed in before (a shared
+        // computer): register it for whoever is signed in now. The server holds a second
+        // reviewer's registration until the first one's goes (docs/inbox.md, "Shared browsers").
+        if (existing) send(control.dataset.subscriptionsUrl, "POST", existing.toJSON()).catch(function () {});
+      });
     if (Notification.permission === "denied") say("Notifications are blocked for this site in the browser's settings.");
 
     on.addEventListener("click", function () {
