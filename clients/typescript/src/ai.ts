@@ -14,7 +14,7 @@
  */
 import type { Impri } from "./client.js";
 import { ActionNotApproved } from "./errors.js";
-import { gate, type ActionSpecFor } from "./gate.js";
+import { gate, withApproval, type ActionSpecFor } from "./gate.js";
 import type { JsonObject } from "./types.js";
 
 /** What the AI SDK passes a tool's `execute` (the parts used here). */
@@ -78,7 +78,7 @@ export function impriTool<T extends ExecutableTool>(impri: Impri, tool: T, optio
         impri,
         input,
         { action: spec, idempotencyKey: key(input, call), timeoutS: options.timeoutS, signal: call.abortSignal },
-        (payload) => execute.call(tool, payload, call) as PromiseLike<unknown>,
+        (payload, decision) => execute.call(tool, payload, withApproval(call, decision)) as PromiseLike<unknown>,
       );
     } catch (error) {
       if (error instanceof ActionNotApproved) return (options.onNotApproved ?? notApprovedResult)(error);

@@ -33,6 +33,31 @@ export interface GateOptions<I> {
   signal?: AbortSignal;
 }
 
+const APPROVED = Symbol.for("impri.approved");
+
+/** What a gated tool's `execute` is told about the approval it runs under. */
+export interface Approval {
+  /** Pass it to the processor (e.g. Stripe `metadata[impri_action_id]`): reconciliation finds the action by it. */
+  actionId: string;
+  /** The signed grant for exactly this payload (`verifyGrant`), when the server signs grants. */
+  grant: string | null;
+  decision: Decision;
+}
+
+/** The options (AI SDK, Mastra 1.x) or context (Mastra 0.24) object with the approval added. */
+export function withApproval<T extends object>(options: T | undefined, decision: Decision): T {
+  const approval: Approval = { actionId: decision.action_id, grant: decision.grant ?? null, decision };
+  return { ...(options as T), [APPROVED]: approval };
+}
+
+/**
+ * The approval a gated tool runs under, read from what its `execute` was given: the AI SDK's and
+ * Mastra 1.x's second argument, Mastra 0.24's first. `undefined` outside `impriTool` / `gateMastraTool`.
+ */
+export function impriApproval(options: unknown): Approval | undefined {
+  return options && typeof options === "object" ? (options as { [APPROVED]?: Approval })[APPROVED] : undefined;
+}
+
 export function actionFor<I extends JsonObject>(spec: ActionSpecFor<I>, input: I): ActionIn {
   const resolved = typeof spec === "function" ? spec(input) : spec;
   const { preview, ...rest } = resolved;

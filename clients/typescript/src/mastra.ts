@@ -25,7 +25,7 @@
 import { canonicalJson } from "./canonical.js";
 import type { Impri } from "./client.js";
 import { ActionNotApproved } from "./errors.js";
-import { actionFor, gate, type ActionSpec, type ActionSpecFor } from "./gate.js";
+import { actionFor, gate, withApproval, type ActionSpec, type ActionSpecFor } from "./gate.js";
 import { notApprovedResult } from "./ai.js";
 import type { Decision, JsonObject } from "./types.js";
 
@@ -112,8 +112,8 @@ export function gateMastraTool<T extends MastraTool>(impri: Impri, tool: T, opti
     const described: MastraCall = { toolId, toolCallId: call.toolCallId, runId: call.runId, args: call.args };
     const key = options.idempotencyKey?.(described) ?? (await mastraKey(kindOf(spec, call.args), described));
     try {
-      return await gate(impri, call.args, { action: spec, idempotencyKey: key, timeoutS: options.timeoutS, signal: call.signal }, (payload) =>
-        call.v1 ? execute.call(tool, payload, second) : execute.call(tool, { ...first, context: payload }, second),
+      return await gate(impri, call.args, { action: spec, idempotencyKey: key, timeoutS: options.timeoutS, signal: call.signal }, (payload, decision) =>
+        call.v1 ? execute.call(tool, payload, withApproval(second, decision)) : execute.call(tool, withApproval({ ...first, context: payload }, decision), second),
       );
     } catch (error) {
       if (error instanceof ActionNotApproved) return (options.onNotApproved ?? notApprovedResult)(error);

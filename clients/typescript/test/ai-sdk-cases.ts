@@ -20,6 +20,8 @@ export interface RefundInput {
 export interface Refunds {
   /** Every execution of the tool's own `execute`, with its arguments. */
   calls: RefundInput[];
+  /** `impriApproval(options)?.actionId` in each execution: what the tool would give the processor. */
+  actionIds: (string | undefined)[];
   tools: Record<string, unknown>;
 }
 
@@ -77,7 +79,7 @@ export function aiSdkCases(sdk: AiSdk): void {
 
   test(`${label}: impriTool, approved with an edit: execute runs once with the reviewer's amount, and the result is reported`, { timeout: 60_000 }, async () => {
     const title = unique(`${label} refund`);
-    const { calls, tools } = sdk.refunds({ title, gated: true, needsApproval: false });
+    const { calls, actionIds, tools } = sdk.refunds({ title, gated: true, needsApproval: false });
     const reviewing = rita.pendingTitled(title).then((a) => rita.approve(a.action_id, { "payload.amount_cents": 5000 }));
     const result = await sdk.generateText({ model: sdk.model(callId(), ARGS), tools, prompt: "Refund order 10432", stopWhen: sdk.stepCountIs(3) });
     await reviewing;
@@ -87,6 +89,7 @@ export function aiSdkCases(sdk: AiSdk): void {
     assert.equal(settled.kind, "payment.refund");
     assert.equal(settled.status, "executed");
     assert.deepEqual(settled.result?.detail, { refund_id: "re_1", amount_cents: 5000 });
+    assert.deepEqual(actionIds, [settled.action_id], "the tool knows the action it runs under");
   });
 
   test(`${label}: impriTool, rejected: execute never runs and the model reads the reviewer's note`, { timeout: 60_000 }, async () => {

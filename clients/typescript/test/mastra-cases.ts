@@ -23,6 +23,8 @@ export interface Setup {
   agent: any;
   /** Every execution of the tool's own `execute`, with its arguments. */
   calls: RefundInput[];
+  /** `impriApproval(…)?.actionId` in each execution: what the tool would give the processor. */
+  actionIds: (string | undefined)[];
   /** The tool as the agent has it (gated or not). */
   tool: any;
 }
@@ -90,7 +92,7 @@ export function mastraCases(kit: MastraKit): void {
 
   test(`${label}: requireToolApproval, gated tool approved with an edit: it runs once with the reviewer's amount, the tool's kind, reported`, { timeout: 60_000 }, async () => {
     const title = unique(`${label} refund`);
-    const { agent, calls } = kit.setUp({ title, gated: true, toolCallId: callId() });
+    const { agent, calls, actionIds } = kit.setUp({ title, gated: true, toolCallId: callId() });
     const reviewing = rita.pendingTitled(title).then((a) => rita.approve(a.action_id, { "payload.amount_cents": 5000 }));
     const stream = await agent.stream("Refund order 10432", { requireToolApproval: true });
     const run = await answerToolApprovals(impri, agent, stream);
@@ -102,6 +104,7 @@ export function mastraCases(kit: MastraKit): void {
     assert.equal(settled.kind, "payment.refund");
     assert.equal(settled.status, "executed");
     assert.deepEqual(settled.result?.detail, { refund_id: "re_1", amount_cents: 5000 });
+    assert.deepEqual(actionIds, [settled.action_id], "the tool knows the action it runs under");
   });
 
   test(`${label}: requireToolApproval, gated tool rejected: it never runs and the model reads the reviewer's note`, { timeout: 60_000 }, async () => {

@@ -5,7 +5,7 @@ import { InMemoryStore } from "@mastra/core/storage";
 import { createTool } from "@mastra/core/tools";
 import { z } from "zod";
 
-import { gateMastraTool } from "@impri/client";
+import { gateMastraTool, impriApproval } from "@impri/client";
 import { ARGS, impri, mastraCases, scriptedModel, type RefundInput } from "./mastra-cases.js";
 
 mastraCases({
@@ -13,12 +13,15 @@ mastraCases({
   v1: false,
   setUp({ title, gated, toolCallId }) {
     const calls: RefundInput[] = [];
+    const actionIds: (string | undefined)[] = [];
     const plain = createTool({
       id: "refund",
       description: "Refund an order. A human reviews it first and may lower the amount.",
       inputSchema: z.object({ order_id: z.string(), amount_cents: z.number().int(), currency: z.string() }),
-      execute: async ({ context }) => {
+      execute: async (execution) => {
+        const { context } = execution;
         calls.push(context);
+        actionIds.push(impriApproval(execution)?.actionId);
         return { refund_id: `re_${calls.length}`, amount_cents: context.amount_cents };
       },
     });
@@ -32,6 +35,6 @@ mastraCases({
       storage: new InMemoryStore(),
       logger: false,
     });
-    return { agent: mastra.getAgent("support"), calls, tool };
+    return { agent: mastra.getAgent("support"), calls, actionIds, tool };
   },
 });

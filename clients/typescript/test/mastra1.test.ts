@@ -9,17 +9,18 @@ import { InMemoryStore } from "mastra1/storage";
 import { createTool } from "mastra1/tools";
 import { z } from "zod";
 
-import { gateMastraTool, mastraKey } from "@impri/client";
+import { gateMastraTool, impriApproval, mastraKey } from "@impri/client";
 import { unique } from "./server.js";
 import { ARGS, impri, mastraCases, rita, scriptedModel, type RefundInput } from "./mastra-cases.js";
 
-function refundTool(calls: RefundInput[]) {
+function refundTool(calls: RefundInput[], actionIds: (string | undefined)[] = []) {
   return createTool({
     id: "refund",
     description: "Refund an order. A human reviews it first and may lower the amount.",
     inputSchema: z.object({ order_id: z.string(), amount_cents: z.number().int(), currency: z.string() }),
-    execute: async (input) => {
+    execute: async (input, context) => {
       calls.push(input);
+      actionIds.push(impriApproval(context)?.actionId);
       return { refund_id: `re_${calls.length}`, amount_cents: input.amount_cents };
     },
   });
@@ -30,7 +31,8 @@ mastraCases({
   v1: true,
   setUp({ title, gated, toolCallId }) {
     const calls: RefundInput[] = [];
-    const plain = refundTool(calls);
+    const actionIds: (string | undefined)[] = [];
+    const plain = refundTool(calls, actionIds);
     const tool = gated
       ? gateMastraTool(impri, plain, {
           action: (input) => ({ kind: "payment.refund", title, editable: ["payload.amount_cents"], context: { order: input.order_id } }),
@@ -41,7 +43,7 @@ mastraCases({
       storage: new InMemoryStore(),
       logger: false,
     });
-    return { agent: mastra.getAgent("support"), calls, tool };
+    return { agent: mastra.getAgent("support"), calls, actionIds, tool };
   },
 });
 
