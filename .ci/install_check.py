@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """CI leg: Impri installed with a plain `pip install .` (no extras) runs and delivers webhooks.
 
-1. A fresh virtualenv, `pip install .` of this clone: the install the README and
-   the image use, without the test extra that the other legs install.
-2. Embedded: `impri serve` on SQLite; an agent pushes an action with a callback
-   URL on a loopback receiver, a reviewer approves it, and the signed webhook
-   arrives (sent by serve's own ticker).
+1. A fresh virtualenv and the wheel built from this clone's files (what `pip install .`
+   builds: the install the README and the image use), without the test extra that the
+   other legs install.
+2. Embedded: `impri serve` on SQLite, started from an empty directory; an agent pushes
+   an action with a callback URL on a loopback receiver, a reviewer approves it, and the
+   signed webhook arrives (sent by serve's own ticker). Then a superuser opens every page
+   linked from the admin index, each changelist's first object, the inbox, the dashboard,
+   the gateway's review page and the API docs: all 200 (.ci/page_crawl.py).
 3. Scaled (PostgreSQL + Redis, when DATABASE_URL and REDIS_URL are set): `impri
    migrate`, `impri serve --no-migrate`, `impri worker` and `impri beat`, and
    the same delivery, sent by the worker.
@@ -23,6 +26,7 @@ import hmac
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -35,6 +39,8 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
+
+from page_crawl import crawl
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = Path(tempfile.mkdtemp(prefix="impri-install-"))
@@ -102,11 +108,19 @@ class Stack:
         self.dir = WORK / name
         self.dir.mkdir()
         self.env = {**env, "IMPRI_DATA_DIR": str(self.dir / "data")}
+        # Where each command starts: an empty folder, never the checkout (whose packages
+        # would shadow the installed ones were the working directory on sys.path).
+        self.cwd = self.dir / "cwd"
+        self.cwd.mkdir()
         self.processes: list[tuple[str, subprocess.Popen]] = []
 
-    def run(self, *args: str) -> str:
+    def run(self, *args: str, **env: str) -> str:
         done = subprocess.run(
-            [str(IMPRI), *args], env=self.env, cwd=self.dir, capture_output=True, text=True
+            [str(IMPRI), *args],
+            env={**self.env, **env},
+            cwd=self.cwd,
+            capture_output=True,
+            text=True,
         )
         if done.returncode != 0:
             raise SystemExit(f"install-check: impri {' '.join(args)} failed:\n{done.stderr}")
@@ -117,7 +131,7 @@ class Stack:
         process = subprocess.Popen(
             [str(IMPRI), *args],
             env=self.env,
-            cwd=self.dir,
+            cwd=self.cwd,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -184,7 +198,8 @@ def wait_healthy(base: str, stack: Stack) -> None:
     raise SystemExit(f"install-check: the server did not become ready\n{stack.logs()}")
 
 
-def deliver_one_webhook(stack: Stack, *, scaled: bool) -> None:
+def deliver_one_webhook(stack: Stack, *, scaled: bool) -> tuple[str, str]:
+    """Serve, push, approve, receive the signed webhook; returns the base URL and the action."""
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     if scaled:
@@ -227,6 +242,7 @@ def deliver_one_webhook(stack: Stack, *, scaled: bool) -> None:
         if "succeeded in" in worker_log or "Traceback" in worker_log:
             raise SystemExit(f"install-check: the worker log is noisy or failed:\n{worker_log}")
     log(f"{stack.name}: webhook delivered and verified")
+    return base, action["action_id"]
 
 
 def admin_sql(url: str, sql: str) -> None:
@@ -235,10 +251,31 @@ def admin_sql(url: str, sql: str) -> None:
     subprocess.run(["psql", admin, "-q", "-c", sql], check=True)
 
 
+def build_wheel() -> Path:
+    """The wheel of this clone's files (tracked and new, not ignored: no build/, no egg-info)."""
+    source, dist = WORK / "source", WORK / "dist"
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    for path in filter(None, listed.split("\0")):
+        if (ROOT / path).is_file():
+            (source / path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / path, source / path)
+    pip = str(VENV / "bin" / "pip")
+    subprocess.run([pip, "wheel", "-q", "--no-deps", "-w", str(dist), str(source)], check=True)
+    [wheel] = dist.glob("impri-*.whl")
+    return wheel
+
+
 def main() -> None:
-    log(f"fresh virtualenv in {VENV}; pip install {ROOT} (no extras)")
+    log(f"fresh virtualenv in {VENV}; the wheel of {ROOT}, installed (no extras)")
     subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-    subprocess.run([str(VENV / "bin" / "pip"), "install", "-q", str(ROOT)], check=True)
+    wheel = build_wheel()
+    subprocess.run([str(VENV / "bin" / "pip"), "install", "-q", str(wheel)], check=True)
     subprocess.run([str(IMPRI), "--version"], check=True)
     test_only = [m for m in ("pytest", "playwright", "time_machine") if _importable(m)]
     if test_only:
@@ -257,7 +294,8 @@ def main() -> None:
 
     embedded = Stack("embedded", base_env)
     try:
-        deliver_one_webhook(embedded, scaled=False)
+        base, action_id = deliver_one_webhook(embedded, scaled=False)
+        crawl(base, embedded, action_id)
     finally:
         embedded.stop()
 

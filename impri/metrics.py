@@ -61,8 +61,8 @@ class ProcessCollector:
         family = CounterMetricFamily(
             "impri_fallbacks",
             "Per process: times a dependency failed and Impri degraded instead of failing "
-            "(cache: rate limiter allowed; channel_layer: waiters fell back to the re-read; "
-            "broker: a worker nudge was dropped; database: the API answered 503).",
+            "(cache: the rate limiter counted per process; channel_layer: waiters fell back to "
+            "the re-read; broker: a worker nudge was dropped; database: the API answered 503).",
             labels=["component"],
         )
         for component in ("broker", "cache", "channel_layer", "database"):

@@ -48,7 +48,7 @@ VARIABLES: list[Var] = [
     Var("IMPRI_EVENT_LOOP", "auto", "`auto`", "the event loop of `impri serve`: `auto` (uvloop, installed with Impri on Linux and macOS, else asyncio's), `uvloop` (refuse to start without it) or `asyncio`", "serve"),
     Var("IMPRI_GC_FULL_EVERY", "1000", "`1000`", "`impri serve` runs a full garbage collection after this many young-generation passes (CPython's default is 10): rarer pauses with thousands of waits open", "serve"),
     Var("IMPRI_DB_POOL_SIZE", "", "by command: `serve` 12, `mcp` 2, `worker` 2, `beat` 1, others 0", "PostgreSQL connections pooled per process (`0`: no pool); keep processes × pool under `max_connections`", "all"),
-    Var("IMPRI_DB_WAIT_S", "60", "`60`", "how long `impri waitdb` (the image's start script) waits for the database and Redis before it gives up", "waitdb (the image's start script)"),
+    Var("IMPRI_DB_WAIT_S", "60", "`60`", "how long `impri serve` waits for the database, and `impri waitdb` (the image's start script) for the database and Redis, before it exits 1 (one line per attempt)", "serve, waitdb (the image's start script)"),
     Var("IMPRI_DB_PREPARE", "on", "`on`", "PostgreSQL: prepare the statements each push and approve runs on their connection (planned once, not on every run); `off` for a transaction-pooling PgBouncer older than 1.21 or without `max_prepared_statements`", "all"),
     Var("IMPRI_DB_POOL_TIMEOUT_S", "10", "`10`", "how long a request waits for a pooled connection before answering 503", "all"),
     Var("IMPRI_PROCESS_ROLE", "command", "set by `impri`", "which long-running command this is; picks the pool size", "all"),
