@@ -175,16 +175,23 @@ def check_groups(rules: list[engine.Rule], *, create: bool = False) -> list[str]
 
 
 def replace_rules(
-    rules: list[engine.Rule] | RuleFile, *, by: str, create_groups: bool = False
+    rules: list[engine.Rule] | RuleFile,
+    *,
+    by: str,
+    create_groups: bool = False,
+    allow_empty: bool = True,
 ) -> int:
     """Replace the whole rule set atomically (and its ``kinds:``, given a RuleFile); the new version.
 
     A rule naming a reviewer group that does not exist is a RuleError, unless
     ``create_groups`` creates it. A plain list of rules keeps the kinds as they are.
+    Without ``allow_empty`` a set of no rules is a RuleError (see ``refuse_empty``).
     """
     declared = rules.kinds if isinstance(rules, RuleFile) else None
     rules = rules.rules if isinstance(rules, RuleFile) else rules
     with transaction.atomic():
+        if not allow_empty:
+            refuse_empty(rules, declared)
         if declared is not None:
             RuleSet.objects.get_or_create(pk=1)
             RuleSet.objects.filter(pk=1).update(
@@ -203,6 +210,23 @@ def replace_rules(
         if created:
             detail["created_groups"] = created
         return bump_version(by=by, change="replaced", detail=detail)
+
+
+def refuse_empty(rules: list[engine.Rule], declared: dict | None) -> None:
+    """An import of no rules is a mistake until said otherwise (``--allow-empty``).
+
+    An empty file (no rules, no kinds) is always refused; a file of ``kinds:`` alone
+    only while rules are in force, which it would remove.
+    """
+    if rules:
+        return
+    in_force = Rule.objects.count()
+    if declared and not in_force:
+        return
+    removes = f": importing it would remove the {in_force} rule(s) in force" if in_force else ""
+    error = engine.RuleError("(file)", "rules", "")
+    error.args = (f"no rules in it{removes} (pass --allow-empty to mean it)",)
+    raise error
 
 
 def bump_version(*, by: str, change: str, detail: dict | None = None) -> int:

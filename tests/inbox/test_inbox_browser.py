@@ -243,7 +243,7 @@ def test_a_second_reviewer_cannot_approve_a_figure_changed_under_them(
     answer = server.client(agent_key).get(f"/actions/{action_id}").json()
     assert (answer["status"], answer["payload"]["amount_cents"]) == ("approved", 5000)
     rules_file.write_text("rules: []\n")
-    deployment.impri("rules", "import", str(rules_file))
+    deployment.impri("rules", "import", str(rules_file), "--allow-empty")  # back to no rules
 
 
 def test_a_late_decision_is_refused_on_the_page(rita, sam, server, agent_key):

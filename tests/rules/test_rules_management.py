@@ -103,6 +103,7 @@ def test_rules_test_prints_the_verdict_and_trace(db, seed_file, tmp_path):
 
 
 def test_backtest_matches_a_hand_computed_history(agent, other_agent, seed_file):
+    Group.objects.create(name="support-leads")  # backtest refuses a group import would refuse
     # History, replayed oldest first through the seed rules (budget: 50,000 cents a day per agent):
     now = timezone.now().replace(hour=12)
     history = [
@@ -134,6 +135,7 @@ def test_backtest_matches_a_hand_computed_history(agent, other_agent, seed_file)
 
 
 def test_backtest_since_excludes_older_actions(agent, seed_file):
+    Group.objects.create(name="support-leads")
     with time_machine.travel(timezone.now() - timedelta(days=40)):
         make_action(agent.agent, payload=refund(1000)["payload"])
     make_action(agent.agent, payload=refund(1000)["payload"])

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Sized
 from pathlib import Path
@@ -25,6 +24,12 @@ class Command(BaseCommand):
             action="store_true",
             help="Create the reviewer groups the rules name that do not exist yet "
             "(without it, an unknown group is an error).",
+        )
+        imp.add_argument(
+            "--allow-empty",
+            action="store_true",
+            help="Import a file of no rules (without it, an empty file is refused, and so is "
+            "one that would remove the rules in force).",
         )
         sub.add_parser("export", help="Print the rule set as YAML.")
         kinds = sub.add_parser("kinds", help="List the declared kinds and what money they move.")
@@ -58,6 +63,12 @@ class Command(BaseCommand):
             help="Add up this payload path instead of the actions' amounts (as declared by "
             "their kinds, in their currencies).",
         )
+        back.add_argument(
+            "--create-groups",
+            action="store_true",
+            help="Replay as if the reviewer groups the rules name were created, as "
+            "`rules import --create-groups` would (without it, an unknown group is an error).",
+        )
 
     def handle(self, *args, subcommand: str, **options):
         if subcommand == "export":
@@ -74,7 +85,10 @@ class Command(BaseCommand):
         if subcommand == "import":
             try:
                 version = services.replace_rules(
-                    loaded, by="cli", create_groups=options["create_groups"]
+                    loaded,
+                    by="cli",
+                    create_groups=options["create_groups"],
+                    allow_empty=options["allow_empty"],
                 )
             except engine.RuleError as exc:
                 raise CommandError(f"{options['file']}: {exc}") from None
@@ -85,6 +99,11 @@ class Command(BaseCommand):
         elif subcommand == "test":
             self.stdout.write(dry_run(rules, self._action(options["action"]), loaded.kinds))
         else:
+            try:
+                if not options["create_groups"]:  # the check `import` makes, so both refuse alike
+                    services.check_groups(rules)
+            except engine.RuleError as exc:
+                raise CommandError(f"{options['file']}: {exc}") from None
             try:
                 since = parse_since(options["since"])
             except ValueError as exc:
