@@ -2,9 +2,11 @@ from __future__ import annotations
 
 import json
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin
 from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
 from django.template.response import TemplateResponse
 from django.utils.cache import add_never_cache_headers
 from django.utils.html import format_html
@@ -32,8 +34,20 @@ class ApiKeyInline(admin.TabularInline):
 ROTATE_SECRET = "_rotate_webhook_secret"
 
 
+class AgentForm(forms.ModelForm):
+    def clean_name(self):
+        name = self.cleaned_data["name"]
+        if name != self.initial.get("name"):  # a name from before the check may stay as it is
+            try:
+                keys.check_agent_name(name)
+            except ValidationError as exc:
+                raise ValidationError(f"The name {exc.messages[0]}") from None
+        return name
+
+
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
+    form = AgentForm
     list_display = ("name", "is_active", "created_at")
     search_fields = ("name",)
     filter_horizontal = ("owners",)

@@ -10,6 +10,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.core.cache.backends.locmem import LocMemCache
+from django.core.exceptions import ValidationError
+from django.core.validators import slug_re
 from django.db import transaction
 from django.utils import timezone
 
@@ -27,6 +29,7 @@ PREFIX_CHARS = 6
 LAST_USED_RESOLUTION = timedelta(seconds=60)
 # The rate limiter's counts while the shared cache (Redis) cannot be reached: this process's.
 _LOCAL_COUNTS = LocMemCache("impri-rate-limit", {"OPTIONS": {"MAX_ENTRIES": 10_000}})
+AGENT_NAME_MAX = 100  # Agent.name's max_length
 
 
 @dataclass(frozen=True)
@@ -74,8 +77,28 @@ def _new_key(
     return key, raw
 
 
+def check_agent_name(name: str) -> None:
+    """An agent's name is a slug (``support-bot``) of at most 100 characters: ValidationError if not.
+
+    It is printed in the inbox, the audit log, ``impri agents`` and every CLI message:
+    no spaces, no control characters, nothing to quote.
+    """
+    if not name:
+        raise ValidationError("is required: letters, digits, '-' and '_' (e.g. support-bot)")
+    if len(name) > AGENT_NAME_MAX:
+        raise ValidationError(f"is {len(name)} characters long: at most {AGENT_NAME_MAX}")
+    if not slug_re.fullmatch(name):
+        raise ValidationError(
+            f"{name!r} is not a slug: use only letters, digits, '-' and '_' (e.g. support-bot)"
+        )
+
+
 def create_agent(name: str, *, description: str = "") -> tuple[Agent, str]:
-    """Create an agent and its first key; returns the agent and the raw key (shown once)."""
+    """Create an agent and its first key; returns the agent and the raw key (shown once).
+
+    ValidationError for a name ``check_agent_name`` refuses.
+    """
+    check_agent_name(name)
     with transaction.atomic():
         agent = Agent.objects.create(name=name, description=description)
         _, raw = create_agent_key(agent)
@@ -84,6 +107,16 @@ def create_agent(name: str, *, description: str = "") -> tuple[Agent, str]:
 
 def create_agent_key(agent: Agent, *, label: str = "", by: str = "system") -> tuple[ApiKey, str]:
     return _new_key(ApiKey.Kind.AGENT, agent=agent, label=label, by=by)
+
+
+def rotate_agent_key(agent: Agent, *, by: str = "system") -> tuple[ApiKey, str]:
+    """A new key for ``agent``, and every key it had revoked: one transaction."""
+    with transaction.atomic():
+        old = list(agent.keys.active())
+        key, raw = create_agent_key(agent, by=by)
+        for stale in old:
+            revoke_key(stale, by=by)
+    return key, raw
 
 
 def create_reviewer_token(

@@ -18,7 +18,7 @@ from django.core import mail
 from django.utils import timezone
 
 from approvals import services
-from approvals.models import Action, GroupNotificationSettings, Notification
+from approvals.models import Action, Agent, GroupNotificationSettings, Notification
 from approvals.presenters import inbox_url
 from delivery import notices
 from tests.conftest import make_agent
@@ -370,7 +370,9 @@ def test_slack_gets_the_title_amount_agent_and_a_link(agent, team, slack):
 def test_slack_text_from_the_agent_is_escaped(db, team, slack):
     receiver = slack()
     configure(team, slack_webhook_url=receiver.url)
-    sneaky = make_agent("<!channel> & friends")
+    sneaky = make_agent("sneaky-bot")  # renamed as agents could be before names were slugs
+    Agent.objects.filter(pk=sneaky.agent.pk).update(name="<!channel> & friends")
+    sneaky.agent.refresh_from_db()
     action = make_action(sneaky.agent)
     Action.objects.filter(pk=action.pk).update(
         title="Refund <http://evil.example/approve|Approve now> <!here> & more",

@@ -13,7 +13,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from approvals.models import Action
+from approvals.models import Action, Agent
 from inbox import dashboard
 from tests.conftest import make_agent
 from tests.factories import make_action
@@ -212,7 +212,9 @@ def test_the_daily_csv_matches_the_figures(history, lead):
 
 
 def test_the_refunds_csv_defuses_formulas_in_names(db, lead):
-    evil = make_agent("=HYPERLINK(1)")
+    evil = make_agent("evil-bot")  # renamed as agents could be before names were slugs
+    Agent.objects.filter(pk=evil.agent.pk).update(name="=HYPERLINK(1)")
+    evil.agent.refresh_from_db()
     with time_machine.travel(NOW, tick=False):
         put(
             evil.agent,

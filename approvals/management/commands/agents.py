@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+
 from django.core.management.base import BaseCommand
 from django.db.models import Count, Max, Q
 
@@ -10,8 +12,22 @@ def _when(moment) -> str:
     return f"{moment:%Y-%m-%d %H:%M}" if moment else "never"
 
 
+def _printable(text: str) -> str:
+    """A name as it may be shown on a terminal: control characters written out, never sent.
+
+    Names from before they had to be slugs may hold an escape sequence (ESC [ 2 J...).
+    """
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
 class Command(BaseCommand):
     help = "List the agents: name, owners, active keys, created, last used (UTC)."
+
+    def execute(self, *args, **options):
+        # Colour only on a terminal (Django's own rule), and never with NO_COLOR set (no-color.org).
+        if os.environ.get("NO_COLOR"):
+            options["no_color"] = True
+        return super().execute(*args, **options)
 
     def handle(self, *args, **options):
         agents = (
@@ -24,8 +40,9 @@ class Command(BaseCommand):
         )
         rows = [("NAME", "OWNERS", "KEYS", "CREATED", "LAST USED")]
         for agent in agents:
-            owners = ",".join(sorted(o.get_username() for o in agent.owners.all())) or "-"
-            name = agent.name if agent.is_active else f"{agent.name} (disabled)"
+            owners = _printable(",".join(sorted(o.get_username() for o in agent.owners.all())))
+            owners = owners or "-"
+            name = _printable(agent.name) + ("" if agent.is_active else " (disabled)")
             rows.append(
                 (
                     name,
@@ -39,6 +56,8 @@ class Command(BaseCommand):
             self.stderr.write("No agents yet: impri createagent NAME")
             return
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-        for row in rows:
+        heading = self.style.MIGRATE_HEADING if self.stdout.isatty() else str
+        for number, row in enumerate(rows):
             cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
-            self.stdout.write("  ".join([*cells, row[-1]]))
+            line = "  ".join([*cells, row[-1]])
+            self.stdout.write(heading(line) if number == 0 else line)

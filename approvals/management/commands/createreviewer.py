@@ -11,13 +11,15 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 PASSWORD_ENV = "IMPRI_REVIEWER_PASSWORD"
+PROMPT_ATTEMPTS = 3
 
 
 class Command(BaseCommand):
     help = (
-        "Create a reviewer (or update one) and put them in a reviewer group. The inbox "
+        "Create a reviewer and put them in a reviewer group. The inbox "
         f"password comes from --password-prompt, --password-file or {PASSWORD_ENV}; "
-        "without one the reviewer can only use tokens."
+        "without one the reviewer can only use tokens. An existing user is left as they "
+        "are unless --reset-password is given."
     )
 
     def add_arguments(self, parser):
@@ -36,6 +38,11 @@ class Command(BaseCommand):
             help="Deprecated: visible in the process list and shell history; "
             f"use --password-prompt, --password-file or {PASSWORD_ENV}.",
         )
+        parser.add_argument(
+            "--reset-password",
+            action="store_true",
+            help="The user exists: set their new password (and add them to any --group).",
+        )
         parser.add_argument("--email", default="")
         parser.add_argument(
             "--group",
@@ -45,17 +52,24 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, username: str, email: str, groups: list[str] | None, **options):
-        password = self._password(options)
         User = get_user_model()
         user = User.objects.filter(username=username).first() or User(username=username)
         created = user.pk is None
+        if not created and not options["reset_password"]:
+            raise CommandError(
+                f"a user named {username!r} already exists: nothing changed (--reset-password "
+                "sets a new password; groups are changed in admin)"
+            )
+        password = self._password(options, user)
+        if not created and not password:
+            raise CommandError(
+                "--reset-password needs the new password: --password-prompt, --password-file "
+                f"PATH or {PASSWORD_ENV}"
+            )
         if created:
             user.email = email
         if password:
-            try:
-                password_validation.validate_password(password, user)
-            except ValidationError as exc:
-                raise CommandError("password refused: " + " ".join(exc.messages)) from None
+            _validate(password, user)
             user.set_password(password)
         elif created:
             user.set_unusable_password()
@@ -64,10 +78,12 @@ class Command(BaseCommand):
         for name in names:
             group, _ = Group.objects.get_or_create(name=name)
             user.groups.add(group)
-        verb = "Created" if created else "Updated"
-        self.stdout.write(f"{verb} reviewer {username} in {', '.join(names)}.")
+        if created:
+            self.stdout.write(f"Created reviewer {username} in {', '.join(names)}.")
+        else:
+            self.stdout.write(f"Set a new password for {username}, in {', '.join(names)}.")
 
-    def _password(self, options) -> str | None:
+    def _password(self, options, user) -> str | None:
         if options["password"]:
             self.stderr.write(
                 "warning: --password shows the password to anyone who can list processes "
@@ -86,11 +102,33 @@ class Command(BaseCommand):
                     f"('-' reads standard input) or set {PASSWORD_ENV}",
                     returncode=2,
                 )
-            first = getpass.getpass("Password: ")
-            if first != getpass.getpass("Password (again): "):
-                raise CommandError("the passwords differ")
-            return first or None
+            return _prompt(user, self.stderr)
         return os.environ.get(PASSWORD_ENV) or None
+
+
+def _validate(password: str, user) -> None:
+    try:
+        password_validation.validate_password(password, user)
+    except ValidationError as exc:
+        raise CommandError("password refused: " + " ".join(exc.messages)) from None
+
+
+def _prompt(user, stderr, attempts: int = PROMPT_ATTEMPTS) -> str | None:
+    """Ask for the password twice; a weak or mistyped one is said and asked again, as passwd does."""
+    for _ in range(attempts):
+        first = getpass.getpass("Password: ")
+        if not first:
+            return None
+        if first != getpass.getpass("Password (again): "):
+            stderr.write("The passwords differ: try again.")
+            continue
+        try:
+            password_validation.validate_password(first, user)
+        except ValidationError as exc:
+            stderr.write("Password refused: " + " ".join(exc.messages) + " Try again.")
+            continue
+        return first
+    raise CommandError(f"no acceptable password after {attempts} attempts: nothing changed")
 
 
 def _read(path: str) -> str:
