@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import tempfile
 from pathlib import Path
 
 from django.conf import settings
@@ -29,14 +31,26 @@ def backup_sqlite(target: Path, progress=None) -> int:
     """Copy the live SQLite database to ``target`` with SQLite's online backup API.
 
     The copy is consistent even while ``impri serve`` writes (the backup restarts
-    on its own if a page it copied changes). Returns the size of the copy.
+    on its own if a page it copied changes). It is written to a temporary file
+    beside ``target``, created 0600 (the database holds hashed keys and secrets),
+    and renamed into place once it checks out: ``target`` is never half a copy.
+    ``target``'s directory must exist. Returns the size of the copy.
     """
     source = Path(settings.DATABASES["default"]["NAME"])
     if not source.exists():
         raise FileNotFoundError(f"no database at {source}")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + ".partial")
-    partial.unlink(missing_ok=True)
+    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
+    os.close(fd)  # mkstemp made it 0600; SQLite writes into the empty file
+    partial = Path(name)
+    try:
+        _copy(source, partial, progress)
+        partial.replace(target)
+    finally:
+        partial.unlink(missing_ok=True)
+    return target.stat().st_size
+
+
+def _copy(source: Path, partial: Path, progress) -> None:
     src = sqlite3.connect(source, timeout=20)
     try:
         dst = sqlite3.connect(partial)
@@ -55,5 +69,3 @@ def backup_sqlite(target: Path, progress=None) -> int:
             dst.close()
     finally:
         src.close()
-    partial.replace(target)
-    return target.stat().st_size

@@ -22,7 +22,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "path",
             nargs="?",
-            help="Where to write the copy (default: IMPRI_DATA_DIR/backups/impri-<time>.sqlite3).",
+            help="The file to write, or an existing directory to write impri-<time>.sqlite3 "
+            "in (default: IMPRI_DATA_DIR/backups/). The directory must exist.",
         )
 
     def handle(self, *args, path: str | None, **options):
@@ -31,9 +32,7 @@ class Command(BaseCommand):
                 "the database is PostgreSQL: back it up with pg_dump "
                 '(pg_dump --format=custom "$DATABASE_URL" > impri.dump; see docs/operations.md)'
             )
-        stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-        target = Path(path) if path else settings.DATA_DIR / "backups" / f"impri-{stamp}.sqlite3"
-        target = target.resolve()
+        target = _target(path)
         bar = Progress("backing up (pages)", 0, sys.stderr)
 
         def copied(done: int, total: int) -> None:
@@ -52,3 +51,28 @@ class Command(BaseCommand):
                 "checkpoints and approval grants are signed with them (docs/operations.md)."
             )
         self.stdout.write(f"Backed up {size} bytes to {target}")
+
+
+def _target(path: str | None) -> Path:
+    """The file to write: PATH, or a timestamped name inside PATH (or the data directory's backups/).
+
+    A missing directory is refused rather than made: a typo in a cron line should fail
+    loudly, not fill a new tree nobody watches.
+    """
+    name = f"impri-{datetime.now(UTC):%Y%m%d-%H%M%S}.sqlite3"
+    if path is None:
+        backups = settings.DATA_DIR / "backups"
+        backups.mkdir(mode=0o700, exist_ok=True)
+        return backups / name
+    target = Path(path).expanduser().resolve()
+    if target.is_dir():
+        return target / name
+    if path.endswith("/"):
+        raise CommandError(f"no directory {target}: create it first, or name a file to write")
+    if not target.parent.is_dir():
+        raise CommandError(
+            f"no directory {target.parent}: create it first (impri backup makes none)"
+        )
+    if target == Path(settings.DATABASES["default"]["NAME"]).resolve():
+        raise CommandError(f"{target} is the live database: write the backup somewhere else")
+    return target
