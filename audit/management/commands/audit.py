@@ -39,7 +39,7 @@ class Command(BaseCommand):
         getattr(self, f"_{subcommand}")(**options)
 
     def _verify(self, checkpoints: str | None, **options):
-        pins = _read_checkpoints(checkpoints) if checkpoints else []
+        pins = [pin for _, pin in self._signed(checkpoints)] if checkpoints else []
         # Recorded as a full run: routine checks (GET /api/v1/audit/verify) start after it.
         bar = Progress("verifying the audit chain", 0, sys.stderr)
 
@@ -58,10 +58,24 @@ class Command(BaseCommand):
             suffix = f", {len(pins)} checkpoint(s) hold" if pins else ""
             self.stdout.write(f"ok: {result.checked} event(s), chain intact{suffix}")
             return
+        where = f" at #{result.first_broken_seq}" if result.first_broken_seq is not None else ""
         self.stderr.write(
-            f"BROKEN at #{result.first_broken_seq}: {result.problem} ({result.checked} event(s) verified before it)"
+            f"BROKEN{where}: {result.problem} ({result.checked} event(s) verified before it)"
         )
         sys.exit(1)
+
+    def _signed(self, path: str) -> list[tuple[int, dict]]:
+        """The file's checkpoints; one not signed with this installation's key is a verdict."""
+        pins = _read_checkpoints(path)
+        for number, pin in pins:
+            if not log.checkpoint_signature_ok(pin):
+                self.stderr.write(
+                    f"BROKEN: {path}, line {number}: the checkpoint at #{pin['seq']} is not "
+                    "signed with this installation's checkpoint key (IMPRI_AUDIT_CHECKPOINT_KEY, "
+                    "else SECRET_KEY): it was altered, or comes from another installation"
+                )
+                sys.exit(1)
+        return pins
 
     def _export(
         self, since: str | None, until: str | None, action: str | None, format: str, **options
@@ -99,9 +113,35 @@ def _time(value: str | None, flag: str) -> datetime | None:
     return parsed
 
 
-def _read_checkpoints(path: str) -> list[dict]:
+CHECKPOINT_SHAPE = "a JSON object {seq, hash, at, signature} as `impri audit checkpoint` writes"
+
+
+def _read_checkpoints(path: str) -> list[tuple[int, dict]]:
+    """The file's checkpoints; a line that is not one is named, by number, before anything runs."""
     try:
         lines = Path(path).read_text().splitlines()
-        return [json.loads(line) for line in lines if line.strip()]
-    except (OSError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise CommandError(f"cannot read checkpoints from {path}: {exc}") from None
+    pins = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            pin = json.loads(line)
+        except ValueError as exc:
+            raise CommandError(f"{path}, line {number}: not JSON ({exc})") from None
+        if not _is_checkpoint(pin):
+            raise CommandError(
+                f"{path}, line {number}: not a checkpoint: expected {CHECKPOINT_SHAPE}"
+            )
+        pins.append((number, pin))
+    return pins
+
+
+def _is_checkpoint(pin) -> bool:
+    return (
+        isinstance(pin, dict)
+        and isinstance(pin.get("seq"), int)
+        and not isinstance(pin["seq"], bool)
+        and all(isinstance(pin.get(k), str) for k in ("hash", "at", "signature"))
+    )
