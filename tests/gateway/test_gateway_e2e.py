@@ -42,6 +42,9 @@ rules:
     kind: mcp.*.create_refund
     then: review
     edit_bounds: {payload.amount_cents: {min: 1, max: original}}
+kinds:  # declared, so a rule may auto-approve it (an undeclared kind is held for review: issue 39)
+  mcp.payments.create_refund:
+    money: [{amount: payload.amount_cents, currency: USD}]
 """
 
 
