@@ -4,12 +4,13 @@ from django.http import HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from audit.models import ActorType
 from plumbing.admin import ReadOnlyAdminMixin
 
 from . import pins
+from .characters import shown_name
 from .models import GatedCall, PinnedTool, ToolPolicy, Upstream
 
 
@@ -57,12 +58,12 @@ class HeldFilter(admin.SimpleListFilter):
 class PinnedToolAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Pinned definitions; a held change is reviewed beside its diff and accepted with a button."""
 
-    list_display = ("tool", "upstream", "state", "pinned", "pinned_by", "pending_since")
+    list_display = ("name", "upstream", "state", "pinned", "pinned_by", "pending_since")
     list_filter = (HeldFilter, "upstream")
     search_fields = ("tool",)
     fields = (
         "upstream",
-        "tool",
+        "name",
         "sha256",
         "pinned_at",
         "pinned_by",
@@ -73,11 +74,25 @@ class PinnedToolAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     )
     readonly_fields = fields
 
+    @admin.display(description="tool", ordering="tool")
+    def name(self, obj: PinnedTool) -> str:
+        """Escaped: a name with an invisible or look-alike character never prints as another."""
+        return shown_name(obj.tool)
+
     @admin.display(description="state")
     def state(self, obj: PinnedTool) -> str:
         if not obj.held:
             return "pinned"
-        return "CHANGED upstream: held" if obj.sha256 else "NEW upstream: held"
+        state = "CHANGED upstream: held" if obj.sha256 else "NEW upstream: held until accepted"
+        return state + "".join(f"; {warning}" for warning in self.warnings(obj))
+
+    @staticmethod
+    def warnings(obj: PinnedTool) -> list[str]:
+        like, unclear = pins.warnings(obj)
+        found = [f"looks like `{like}`"] if like else []
+        if unclear:
+            found.append(f"its text holds {', '.join(unclear)}, shown as \\u{{...}}")
+        return found
 
     @admin.display(description="pinned sha256")
     def pinned(self, obj: PinnedTool) -> str:
@@ -89,7 +104,8 @@ class PinnedToolAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             return "-"
         url = reverse("admin:gateway_pinnedtool_accept", args=[obj.pk])
         return format_html(
-            '<pre class="impri-diff">{}</pre><a class="button" href="{}">Review and accept</a>',
+            '{}<pre class="impri-diff">{}</pre><a class="button" href="{}">Review and accept</a>',
+            format_html_join("", '<p class="errornote">{}</p>', ((w,) for w in self.warnings(obj))),
             pins.diff(obj.definition, obj.pending_definition),
             url,
         )
@@ -123,14 +139,16 @@ class PinnedToolAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             for entry in accepted:
                 messages.success(
                     request,
-                    f"Accepted {entry['gateway']}.{entry['tool']} at {entry['sha256']}: agents "
+                    f"Accepted {entry['gateway']}.{shown_name(entry['tool'])} at {entry['sha256']}: agents "
                     "see this definition now.",
                 )
             return HttpResponseRedirect(back)
         context = {
             **self.admin_site.each_context(request),
-            "title": f"Accept the change of {pin.upstream.name}.{pin.tool}",
+            "title": f"Accept the change of {pin.upstream.name}.{shown_name(pin.tool)}",
             "pin": pin,
+            "name": shown_name(pin.tool),
+            "warnings": self.warnings(pin) if pin.held else [],
             "diff": pins.diff(pin.definition, pin.pending_definition) if pin.held else "",
             "opts": self.model._meta,
         }

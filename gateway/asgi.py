@@ -1,9 +1,13 @@
 """``/mcp/gateway/<name>``: each configured gateway's MCP server over streamable HTTP.
 
 One ``MCPHttpApp`` (``approvals/mcp/http.py``: stateless, SSE, agent-key auth) per
-gateway name, made on its first request; a name that is not an enabled
-gateway is a 404 before any MCP machinery runs. The app holds no
-configuration: the gateway's policies are read on every request.
+gateway name, made on its first request. The app holds no configuration: the
+gateway's policies are read on every request.
+
+A name that is not an enabled gateway is a 404 only to a caller with an agent
+key. Without one, the request is answered by the app of :data:`MISSING` (a name
+no gateway can have) exactly as a gateway answers it (401, 405, 429), so
+gateway names cannot be probed without a key.
 """
 
 from __future__ import annotations
@@ -12,19 +16,25 @@ import asyncio
 import importlib
 import json
 
+from approvals.errors import RateLimited
+from identity import keys
 from plumbing import db_threads
 
 from . import services
 from .models import NAME_RE
 
 GATEWAY_PREFIX = "/mcp/gateway/"
+MISSING = "-"  # outside NAME_RE: the app that answers callers without a key for unknown names
 _apps: dict = {}  # name -> approvals.mcp.http.MCPHttpApp
 
 
 async def gateway_app(scope, receive, send):
     name = scope["path"][len(GATEWAY_PREFIX) :].rstrip("/")
     if not NAME_RE.match(name) or not await db_threads.run(services.exists, name):
-        return await _not_found(send, name)
+        if await _has_agent_key(scope):
+            return await _not_found(send, name)
+        path = GATEWAY_PREFIX + MISSING
+        name, scope = MISSING, {**scope, "path": path, "raw_path": path.encode()}
     app = _apps.get(name)
     if app is None:
         # The MCP SDK loads with the first gateway request, not at start (impri.asgi's
@@ -34,6 +44,19 @@ async def gateway_app(scope, receive, send):
         server = proxy.build_gateway_server(name, verifier=http.AgentKeyVerifier())
         app = _apps.setdefault(name, http.MCPHttpApp(server, path=GATEWAY_PREFIX + name))
     await app(scope, receive, send)
+
+
+async def _has_agent_key(scope) -> bool:
+    """The request carries an active agent key (a refused or rate-limited one is not)."""
+    header = dict(scope.get("headers") or ()).get(b"authorization", b"")
+    scheme, _, token = header.decode("latin-1").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return False
+    try:
+        principal = await db_threads.run(keys.authenticate, token.strip())
+    except RateLimited:
+        return False  # the gateway's own answer to it (429) comes from the app
+    return principal is not None and principal.agent is not None
 
 
 async def _not_found(send, name: str) -> None:

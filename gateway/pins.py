@@ -13,7 +13,10 @@ number spelling never make a change.
   tool under a policy other than ``deny``, is *held*: recorded once per change
   (``gateway.tool_changed`` with both hashes and a diff), counted on
   ``/metrics``, refused when called, until an operator accepts it
-  (:func:`accept`, ``gateway.tool_accepted``).
+  (:func:`accept`, ``gateway.tool_accepted``): a new tool only when named.
+- What an operator reviews shows every character (``gateway/characters.py``):
+  the diff escapes what a reader cannot see, and a held change is flagged for
+  unclear characters and for a name that looks like a pinned tool's (:func:`warnings`).
 
 Nothing here talks to the upstream: callers hand in what it offered.
 """
@@ -23,7 +26,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.db import transaction
 from django.utils import timezone
@@ -31,7 +34,7 @@ from django.utils import timezone
 from audit import log as audit
 from audit.models import ActorType, canonical_json
 
-from . import services
+from . import characters, services
 from .models import PinnedTool, Policy, Upstream
 
 DEFINITION_KEYS = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
@@ -52,12 +55,18 @@ def sha256_of(tool_definition: dict) -> str:
 
 
 def diff(old: dict | None, new: dict | None) -> str:
-    """A unified diff of two definitions as indented JSON, for people (bounded)."""
+    """A unified diff of two definitions as indented JSON, for people (bounded).
+
+    Every character shows: one a reader cannot see, or would take for another,
+    is written as ``\\u{XXXX}`` (``gateway/characters.py``), so two lines that
+    differ look different.
+    """
 
     def lines(value):
         if value is None:
             return []
-        return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False).splitlines()
+        text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+        return characters.escaped(text, backslash=False).splitlines()
 
     text = "\n".join(
         difflib.unified_diff(lines(old), lines(new), "pinned", "upstream now", lineterm="")
@@ -74,6 +83,9 @@ class ToolState:
     state: str  # pinned | changed | new | hidden | not offered | not recorded
     pin: PinnedTool | None
     kind: str
+    # A held change's warnings: the pinned tool a new name looks like, unclear characters.
+    looks_like: str | None = None
+    unclear: list[str] = field(default_factory=list)
 
     @property
     def listed(self) -> dict | None:
@@ -124,7 +136,25 @@ def observe(name: str, offered: list[dict] | None) -> list[ToolState]:
         else:
             state = "not offered"
         states.append(_state(upstream, tool_name, verdict, state, pin))
+    accepted = {tool for tool, pin in pins.items() if pin.sha256}
+    for state in states:
+        if state.pin is not None and state.pin.held:
+            state.looks_like, state.unclear = warnings(state.pin, accepted)
     return sorted(states, key=lambda s: s.name)
+
+
+def warnings(pin: PinnedTool, accepted: set[str] | None = None) -> tuple[str | None, list[str]]:
+    """A held change's warnings: the accepted tool a new one's name looks like, and the kinds
+    of unclear characters its text holds (``gateway/characters.py``)."""
+    if accepted is None:
+        accepted = set(
+            PinnedTool.objects.filter(upstream_id=pin.upstream_id)
+            .exclude(sha256="")
+            .values_list("tool", flat=True)
+        )
+    like = None if pin.sha256 else characters.looks_like(pin.tool, accepted)
+    text = pin.tool + "\n" + characters.texts_of(pin.pending_definition)
+    return like, characters.unclear_kinds(text)
 
 
 def _state(upstream: Upstream, tool: str, verdict: str, state: str, pin) -> ToolState:
@@ -227,27 +257,39 @@ def accept(
     actor_ref: str = "",
     expect_sha256: str | None = None,
 ) -> list[dict]:
-    """Pin the held definitions of gateway ``name`` (all, or ``tools``); returns what was accepted.
+    """Pin the held definitions of gateway ``name``; returns what was accepted.
 
-    ``expect_sha256`` (admin) accepts only the definition the operator was
-    shown: a change that arrived since is left held.
+    Without ``tools``, only the changed definitions of tools already pinned: a
+    new tool is accepted only when named. A name may be given as printed
+    (``refund\\u{200B}``). ``expect_sha256`` (admin) accepts only the
+    definition the operator was shown: a change that arrived since is left held.
     """
-    held = {p.tool: p for p in pending(name)}
-    if tools:
-        missing = [t for t in tools if t not in held]
+    waiting = {p.tool: p for p in pending(name)}
+    if not tools:
+        held = {tool: pin for tool, pin in waiting.items() if pin.sha256}
+    else:
+        printed = {characters.shown_name(t).strip("`"): t for t in waiting}
+        named = {tool: tool if tool in waiting else printed.get(tool) for tool in tools}
+        missing = [tool for tool, found in named.items() if found is None]
         if missing:
             raise NothingToAccept(
-                f"gateway {name!r} has no change waiting for {', '.join(missing)}"
-                + (f" (waiting: {', '.join(held)})" if held else "")
+                f"gateway {name!r} has no change waiting for "
+                f"{', '.join(characters.shown_name(t) for t in missing)}"
+                + (
+                    f" (waiting: {', '.join(map(characters.shown_name, waiting))})"
+                    if waiting
+                    else ""
+                )
             )
-        held = {t: held[t] for t in tools}
+        held = {found: waiting[found] for found in named.values()}
     accepted = []
     now = timezone.now()
     with transaction.atomic():
         for tool, pin in held.items():
             if expect_sha256 is not None and pin.pending_sha256 != expect_sha256:
                 raise NothingToAccept(
-                    f"{name}.{tool} changed again since it was shown: review it anew"
+                    f"{name}.{characters.shown_name(tool)} changed again since it was shown: "
+                    "review it anew"
                 )
             won = PinnedTool.objects.filter(pk=pin.pk, pending_sha256=pin.pending_sha256).update(
                 definition=pin.pending_definition,

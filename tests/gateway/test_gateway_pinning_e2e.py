@@ -253,7 +253,7 @@ async def test_a_rug_pull_is_held_shown_and_goes_to_review_again_once_accepted(
     ]
     assert sorted(e["data"]["tool"] for e in accept_events) == ["create_refund", "get_order"]
     assert change["new_sha256"] in [e["data"]["sha256"] for e in accept_events]
-    assert "accepted rug.get_order" in accepted  # no names: every held change
+    assert "accepted rug.get_order" in accepted  # no names: every changed pinned tool
     assert accept_events[0]["actor_id"].startswith("cli")
     assert "accepted" not in deployment.impri("gateway", "accept", "rug").stdout
 

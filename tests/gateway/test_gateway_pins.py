@@ -129,7 +129,7 @@ def test_accept_pins_what_was_held_and_records_who(gateway):
     accepted = pins.accept("psp", ["transfer_all"], by="cli:ops")
     assert [a["tool"] for a in accepted] == ["transfer_all"]
     assert state("psp", [poisoned(), ORDER, transfer])["transfer_all"].listed is not None
-    everything = pins.accept("psp", by="cli:ops")  # no names: every pending change
+    everything = pins.accept("psp", by="cli:ops")  # no names: every changed pinned tool
     assert [(a["tool"], a["sha256"]) for a in everything] == [
         ("create_refund", pins.sha256_of(poisoned()))
     ]

@@ -9,6 +9,7 @@ from asgiref.sync import async_to_sync
 from django.core.management.base import BaseCommand, CommandError
 
 from gateway import config, pins, services, upstream
+from gateway.characters import shown_name
 from gateway.proxy import build_gateway_server
 from plumbing.progress import Progress
 
@@ -23,6 +24,11 @@ def operator() -> str:
 
 def short(sha: str | None) -> str:
     return sha[:12] if sha else "none"
+
+
+def about(name: str, text: str) -> str:
+    """``text`` said of gateway ``name``: prefixed only when it does not name the upstream already."""
+    return text if f"upstream {name!r}" in text else f"gateway {name}: {text}"
 
 
 class Command(BaseCommand):
@@ -57,7 +63,9 @@ class Command(BaseCommand):
         refresh.add_argument("name")
         accept = sub.add_parser(
             "accept",
-            help="Accept the changed definitions held for gateway NAME (all, or the TOOLs named).",
+            help="Accept the changed definitions held for gateway NAME's pinned tools (all, or "
+            "the TOOLs named); a new tool is accepted only when named. A name may be given as "
+            "`impri gateway tools` prints it (refund\\u{200B}).",
         )
         accept.add_argument("name")
         accept.add_argument("tools", nargs="*", metavar="TOOL")
@@ -106,10 +114,18 @@ class Command(BaseCommand):
         except (upstream.UpstreamError, upstream.UpstreamRefused) as exc:
             if isinstance(exc, upstream.UpstreamError):
                 services.record_state(name, str(exc))
-            message = (
-                f"gateway {name!r}: {exc}; its tools are not recorded yet: run "
-                f"`impri gateway refresh {name}` once it answers"
-            )
+            else:
+                exc = f"upstream {name!r} refused to list its tools: {exc}"
+            if services.load(name).pinned_at is not None:
+                later = "the pinned definitions stand; nothing was compared"
+            elif strict:  # this is the refresh: say when to run it again, not to run it
+                later = "its tools are not recorded yet; try again once it answers"
+            else:
+                later = (
+                    f"its tools are not recorded yet: run `impri gateway refresh {name}` once "
+                    "it answers"
+                )
+            message = about(name, f"{exc}; {later}")
             if strict:
                 raise CommandError(message) from None
             self.stderr.write(message)
@@ -127,49 +143,55 @@ class Command(BaseCommand):
         held = [s for s in states if s.state in ("changed", "new")]
         for state in held:
             self.stdout.write(
-                f"gateway {name}: {state.name} {'is new' if state.state == 'new' else 'changed'} "
-                f"upstream ({short(state.pin.sha256)} -> {short(state.pin.pending_sha256)}): "
-                "held for review"
+                f"gateway {name}: {shown_name(state.name)} "
+                f"{'is new' if state.state == 'new' else 'changed'} upstream "
+                f"({short(state.pin.sha256)} -> {short(state.pin.pending_sha256)}): "
+                f"held for review{self._warnings(state)}"
             )
         if held:
             self.stdout.write(
                 f"Review with `impri gateway tools {name} --diff`; accept with "
-                f"`impri gateway accept {name} [TOOL ...]`."
+                f"`impri gateway accept {name} [TOOL ...]` (a new tool only by its name)."
             )
         else:
             self.stdout.write(f"gateway {name}: no change since the tools were recorded.")
 
     def _accept(self, name: str, tools: list[str]) -> None:
-        if not services.exists(name):
-            raise CommandError(f"no enabled gateway named {name!r}: see `impri gateway export`")
+        self._exists(name)
         try:
             accepted = pins.accept(name, tools or None, by=operator())
         except pins.NothingToAccept as exc:
             raise CommandError(str(exc)) from None
-        if not accepted:
-            self.stdout.write(f"gateway {name}: no change is waiting for review.")
         for entry in accepted:
             self.stdout.write(
-                f"accepted {name}.{entry['tool']}: {short(entry['old_sha256'])} -> "
+                f"accepted {name}.{shown_name(entry['tool'])}: {short(entry['old_sha256'])} -> "
                 f"{entry['sha256']}"
             )
+        new = [pin.tool for pin in pins.pending(name) if not pin.sha256]
+        if new and not tools:
+            self.stdout.write(
+                f"gateway {name}: new tools stay held until accepted by name: "
+                f"{', '.join(map(shown_name, new))} (see `impri gateway tools {name} --diff`; "
+                f"then `impri gateway accept {name} TOOL`)"
+            )
+        elif not accepted:
+            self.stdout.write(f"gateway {name}: no change is waiting for review.")
 
     def _tools(self, name: str, *, show_diff: bool) -> None:
         self._exists(name)
         states, error = async_to_sync(build_gateway_server(name).survey)()
+        if error and not states:
+            raise CommandError(about(name, f"{error}; no tool is recorded to show"))
         if error:
-            self.stderr.write(f"{error}")
-            if not states:
-                raise CommandError(f"gateway {name!r}: the upstream did not answer")
-            self.stderr.write("showing the tools as recorded:")
+            self.stderr.write(about(name, f"{error}; the tools as recorded:"))
         gateway = services.load(name)
         if gateway.pinned_at is None:
             self.stderr.write(
-                f"gateway {name!r}: its tools are not recorded yet, so none is offered to "
+                f"gateway {name}: its tools are not recorded yet, so none is offered to "
                 f"agents: run `impri gateway refresh {name}`"
             )
         explicit = services.policies(gateway)
-        width = max((len(s.name) for s in states), default=4)
+        width = max((len(shown_name(s.name)) for s in states), default=4)
         for state in states:
             stored = (
                 explicit[state.name].policy if state.name in explicit else gateway.default_policy
@@ -177,13 +199,13 @@ class Command(BaseCommand):
             source = "" if state.name in explicit else " (default)"
             if state.verdict != stored:
                 source = f" (policy {stored}; a rule names its kind)"
-            line = f"{state.name:<{width}}  {state.verdict}{source}  kind {state.kind}"
-            self.stdout.write(line + self._describe(state))
+            line = f"{shown_name(state.name):<{width}}  {state.verdict}{source}  kind {state.kind}"
+            self.stdout.write(line + self._describe(state) + self._warnings(state))
             if show_diff and state.pin is not None and state.pin.held:
                 self.stdout.write(pins.diff(state.pin.definition, state.pin.pending_definition))
         for missing in sorted(set(explicit) - {s.name for s in states}):
             self.stdout.write(
-                f"{missing:<{width}}  {explicit[missing].policy} (not offered upstream)"
+                f"{shown_name(missing):<{width}}  {explicit[missing].policy} (not offered upstream)"
             )
 
     @staticmethod
@@ -195,7 +217,17 @@ class Command(BaseCommand):
                 f"{short(pin.pending_sha256)})"
             )
         if state.state == "new":
-            return f"  NEW upstream, held for review ({short(pin.pending_sha256)})"
+            return f"  NEW upstream, held until accepted by name ({short(pin.pending_sha256)})"
         if state.state == "pinned":
             return f"  pinned {short(pin.sha256)}"
         return f"  {state.state}"
+
+    @staticmethod
+    def _warnings(state: pins.ToolState) -> str:
+        """What to look at before accepting: a look-alike name, unclear characters."""
+        found = []
+        if state.looks_like:
+            found.append(f"looks like `{state.looks_like}`")
+        if state.unclear:
+            found.append(f"its text holds {', '.join(state.unclear)} (shown as \\u{{...}})")
+        return "".join(f"; {warning}" for warning in found).replace("; ", "  ! ", 1)
