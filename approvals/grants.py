@@ -247,9 +247,10 @@ _shared_only = False
 def use_shared_key() -> str:
     """For ``impri mcp``: sign only with a key a server published; never generate or publish one.
 
-    The key is the configured one, else the one ``impri serve`` generated in this data
-    directory. Returns its kid; :class:`KeyRefused` (one line naming the setting) when
-    there is none, when no server published it, or when it was retired.
+    The key is the configured one, which a server must have published, else (embedded
+    mode) the key of this data directory, the one ``impri serve`` signs with here. Returns
+    its kid; :class:`KeyRefused` (one line naming the setting) when there is none, when a
+    configured key was never published, or when it was retired.
     """
     from approvals.models import GrantSigningKey
 
@@ -257,6 +258,8 @@ def use_shared_key() -> str:
     _shared_only = True
     key = signing_key()
     row = GrantSigningKey.objects.filter(kid=key.kid).first()
+    if row is None and not settings.DATABASE_URL and _configured_pem() is None:
+        row = GrantSigningKey(kid=key.kid)  # this data directory's: serve publishes it at start
     if row is None:
         raise KeyRefused(
             f"the grant signing key {key.kid} ({key.source}) is not one impri serve published: "
