@@ -7,6 +7,8 @@ from approvals.api import api
 from . import health, metrics
 from .oidc import LoginForm
 
+sign_out = auth_views.LogoutView.as_view(next_page="login")
+
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
@@ -18,7 +20,9 @@ urlpatterns = [
     ),
     # Single sign-on (impri/oidc.py): authenticate/ and callback/; 404 unless configured.
     path("accounts/oidc/", include("mozilla_django_oidc.urls")),
-    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Both log-out buttons (the inbox's, admin's) land on the sign-in page, not admin's goodbye.
+    path("accounts/logout/", sign_out, name="logout"),
+    path("admin/logout/", sign_out),
     path("accounts/2fa/", include("twofactor.urls")),
     path("admin/", admin.site.urls),
     path("integrations/slack/", include("slackapp.urls")),

@@ -180,5 +180,6 @@ def horizontal(rows: list[tuple[str, str, int, int]], limit: int = 10) -> dict:
         "width": WIDTH,
         "height": max(1, len(bars)) * BAR_HEIGHT,
         "name_width": NAME_WIDTH,
+        "room": room,  # the longest bar's width: a bar drawn alone is scaled to it
         "more": max(0, len(rows) - limit),
     }

@@ -13,10 +13,10 @@ import hashlib
 import json
 
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.templatetags.static import static
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_safe
 
 SCOPE = "/inbox/"
 THEME = "#111827"
@@ -93,3 +93,9 @@ def offline(request: HttpRequest) -> HttpResponse:
     # Cached by the service worker, so it must not say whose it is: no user, no tokens.
     response["Cache-Control"] = "no-cache"
     return response
+
+
+@require_safe
+def favicon(request: HttpRequest) -> HttpResponse:
+    """Browsers ask every site for /favicon.ico: the inbox's icon, not a 404 in every log."""
+    return redirect(static("inbox/icons/icon-192.png"), permanent=True)

@@ -8,6 +8,7 @@ app_name = "inbox"
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("favicon.ico", pwa.favicon, name="favicon"),
     path("inbox/", views.queue, name="queue"),
     path("inbox/decided/", views.decided, name="decided"),
     path("inbox/dashboard/", views.dashboard, name="dashboard"),

@@ -14,7 +14,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST, require_safe
 from django_htmx.middleware import HtmxDetails
 
 from approvals import reviewer_claims, services, stepup
@@ -58,7 +58,7 @@ def home(request: HttpRequest) -> HttpResponse:
     return redirect("inbox:queue")
 
 
-@require_GET
+@require_safe
 @login_required
 def queue(request: HtmxHttpRequest) -> HttpResponse:
     """Pending actions. ``?only=<id>`` answers one row (or nothing) for the live socket."""
@@ -81,7 +81,7 @@ def queue(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, part or "inbox/queue.html", context)
 
 
-@require_GET
+@require_safe
 @login_required
 def decided(request: HtmxHttpRequest) -> HttpResponse:
     """The history: actions the reviewer's groups can no longer decide, latest first."""
@@ -160,7 +160,7 @@ def _step_up_prompt(request: HttpRequest, action) -> dict | None:
     }
 
 
-@require_GET
+@require_safe
 @login_required
 def action_detail(request: HtmxHttpRequest, action_id: str) -> HttpResponse:
     action = _reviewable(request, action_id)
@@ -266,7 +266,7 @@ def claim(request: HtmxHttpRequest, action_id: str) -> HttpResponse:
     return render(request, "inbox/_reviews.html", _action_context(request, action))
 
 
-@require_GET
+@require_safe
 @login_required
 def dashboard(request: HttpRequest) -> HttpResponse:
     """Volume, outcomes, time to decision, refunds, stale approvals and expiries over a date range."""

@@ -156,7 +156,8 @@ def test_the_page_shows_the_figures_as_svg_under_the_csp(history, lead):
     assert response.status_code == 200
     html = response.content.decode()
     assert "Content-Security-Policy" in response
-    assert html.count("<svg") == 5
+    assert html.count('<svg class="chart"') == 2  # by day: volume, time to decision
+    assert html.count('<svg class="bar"') == 8  # one a refund row (rule 3, agent 2, reviewer 3)
     assert 'data-figure="pushed">10<' in html
     assert 'data-figure="median">5 min<' in html  # 300 s
     assert 'data-figure="p90">20 min<' in html  # 1200 s

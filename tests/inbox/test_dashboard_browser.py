@@ -69,7 +69,7 @@ def test_a_finance_lead_sees_the_charts_drawn_under_the_csp(chromium, server, ke
         expect(bar).to_be_visible()
         fill = bar.evaluate("el => getComputedStyle(el).fill")
         assert fill not in ("rgb(0, 0, 0)", "none", ""), fill
-        expect(page.locator("#refunds-reviewer + svg text.name")).to_have_text("rita")
+        expect(page.locator("#refunds-reviewer + .refund-bars .name")).to_have_text("rita")
         assert page.evaluate("window.__violations") == []
 
         with page.expect_download() as download:

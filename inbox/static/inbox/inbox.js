@@ -472,6 +472,12 @@
   }
 
   document.querySelectorAll(".edit-field input").forEach(showMoney);
+  // The queue's other filters are folded on a phone; a wider screen has room to show them.
+  if (window.matchMedia("(min-width: 761px)").matches) {
+    document.querySelectorAll("details[data-filter-more]").forEach(function (el) { el.open = true; });
+  }
+  // Charts by day open on today (their right end) when a phone scrolls them inside their card.
+  document.querySelectorAll("[data-scroll-end]").forEach(function (el) { el.scrollLeft = el.scrollWidth; });
   tick();
   window.setInterval(tick, 1000);
   connect();

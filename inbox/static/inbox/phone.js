@@ -47,6 +47,48 @@
     });
   }
 
+  // The browser's push service (Google's for Chrome, Mozilla's for Firefox, Apple's for Safari)
+  // can hang rather than refuse when it can't be reached: after this long, say so.
+  const PUSH_WAIT_MS = 20000;
+  const UNREACHABLE = "this browser's push service could not be reached (Chrome uses Google's, " +
+    "Firefox Mozilla's, Safari Apple's). Check this device's connection, or a firewall or VPN " +
+    "in the way, then try again.";
+
+  function unreachable() {
+    const error = new Error(UNREACHABLE);
+    error.name = "AbortError";
+    return error;
+  }
+
+  function within(ms, promise) {
+    return new Promise(function (resolve, reject) {
+      const timer = window.setTimeout(function () { reject(unreachable()); }, ms);
+      promise.then(
+        function (value) { window.clearTimeout(timer); resolve(value); },
+        function (error) { window.clearTimeout(timer); reject(error); });
+    });
+  }
+
+  // What went wrong, in words a reviewer can act on (the browsers' own are terse, or empty).
+  function pushProblem(error) {
+    const text = (error && error.message) || "";
+    if ((error && error.name === "NotAllowedError") || /permission|not allowed/i.test(text)) {
+      return "notifications are not allowed for this site: allow them in the browser's site settings, then try again.";
+    }
+    if (text === UNREACHABLE) return text;
+    if ((error && error.name === "AbortError") || /push service/i.test(text) || !text) return UNREACHABLE;
+    return text;
+  }
+
+  function pushKey(url) {
+    return fetch(url, { credentials: "same-origin" }).then(function (response) {
+      if (!response.ok) throw new Error("Impri did not give its push key (it answered " + response.status + ")");
+      return response.json();
+    }, function () {
+      throw new Error("Impri could not be reached: check the connection, then try again.");
+    });
+  }
+
   function setUpPush(control) {
     const on = control.querySelector("[data-push-on]");
     const off = control.querySelector("[data-push-off]");
@@ -71,19 +113,18 @@
         // reviewer's registration until the first one's goes (docs/inbox.md, "Shared browsers").
         if (existing) send(control.dataset.subscriptionsUrl, "POST", existing.toJSON()).catch(function () {});
       });
+    });
     if (Notification.permission === "denied") say("Notifications are blocked for this site in the browser's settings.");
 
     on.addEventListener("click", function () {
       on.disabled = true;
-      say("");
+      say("Turning on notifications…");
       Notification.requestPermission().then(function (permission) {
         if (permission !== "granted") throw new Error("notifications were not allowed");
-        return Promise.all([
-          navigator.serviceWorker.ready,
-          fetch(control.dataset.keyUrl, { credentials: "same-origin" }).then(function (r) { return r.json(); }),
-        ]);
+        return Promise.all([navigator.serviceWorker.ready, pushKey(control.dataset.keyUrl)]);
       }).then(function (both) {
-        return both[0].pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: keyBytes(both[1].publicKey) });
+        const options = { userVisibleOnly: true, applicationServerKey: keyBytes(both[1].publicKey) };
+        return within(PUSH_WAIT_MS, both[0].pushManager.subscribe(options));
       }).then(function (subscription) {
         return send(control.dataset.subscriptionsUrl, "POST", subscription.toJSON());
       }).then(function () {
@@ -91,7 +132,7 @@
         say("Notifications are on for this device.");
       }).catch(function (error) {
         show(false);
-        say("Notifications are off: " + error.message);
+        say("Notifications are off: " + pushProblem(error));
       }).finally(function () { on.disabled = false; });
     });
 
