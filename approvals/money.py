@@ -97,15 +97,18 @@ def guarded(action, payload: dict | None = None) -> Amount | None:
 def _primary(action, payload: dict | None) -> Amount | None:
     found = amounts(action, payload)
     readable = [a for a in found if a.minor is not None]
-    if readable:
-        return (
-            readable[0] if action.money is not None else max(readable, key=lambda a: abs(a.minor))
-        )
-    return found[0] if found else None
+    if not readable:
+        return found[0] if found else None
+    if action.money is None:
+        return max(readable, key=lambda a: abs(a.minor or 0))
+    # Several amounts in the first one's currency are shown as what they add up to.
+    same = [a for a in readable if a.currency == readable[0].currency]
+    return totals(same)[0] if len(same) > 1 else readable[0]
 
 
 def primary(action, payload: dict | None = None) -> Money | None:
-    """The action's amount as money, for display: the first declared one, else the largest found.
+    """The action's amount as money, for display: the first declared one (the total of all in
+    its currency, when there are several), else the largest found.
 
     An amount the guards can't read (and so hold over every limit) is still
     shown as well as it reads (``8400.5`` → ``$84.005 USD``), beside a warning.

@@ -14,7 +14,7 @@ Definitions (docs/inbox.md):
   sweep), cancelled, or pending;
 * time to decision: push → decision, for actions a person decided; median
   and p90 by the nearest-rank method;
-* refunded: the approved amount (as the kind declares it: ``approvals.money``)
+* refunded: the approved amount (the total of the kind's declared amounts: ``approvals.money``)
   of actions whose kind ends in ``refund`` (``payment.refund``, ``psp.refund``)
   that the agent reported ``executed``, by currency, and by the rule that
   routed it, the agent, and who approved it (a reviewer, or ``rule: <name>``);
@@ -257,9 +257,10 @@ def _refunds(in_range, days: dict[date, Day]) -> dict[str, dict[tuple[str, str],
 
     Two small GROUP BYs rather than one over every column, whose groups would
     be nearly as many as the refunds. The amount is the one every money guard
-    reads (``Action.amount_minor``: the kind's declared amount, e.g. a
-    ``psp.refund``'s ``payload.amount``, or what the detector found), kept
-    in step with the approved payload; only amounts above zero count.
+    reads (``Action.amount_minor``: the total of the kind's declared amounts, e.g.
+    a ``psp.refund``'s ``payload.amount``; none for a kind that declares no money, or
+    what the detector found with ``IMPRI_UNDECLARED_KINDS=detect``), kept in step
+    with the approved payload; only amounts above zero count.
     """
     refunds = in_range.filter(
         kind__endswith=REFUND_SUFFIX, status=ActionStatus.EXECUTED, amount_minor__gt=0

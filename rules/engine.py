@@ -261,6 +261,8 @@ def parse_condition(rule: str, raw: Any, where: str) -> Leaf | Group:
             f"{where}.path",
             f"must start with one of {', '.join(PATH_ROOTS)}, e.g. payload.amount_cents",
         )
+    if path_problem(path):
+        raise RuleError(rule, f"{where}.path", path_problem(path) or "")
     ops = [key for key in raw if key != "path"]
     if len(ops) != 1:
         raise RuleError(

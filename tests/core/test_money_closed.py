@@ -279,3 +279,5 @@ def test_the_inbox_shows_the_total_and_its_parts(agent, rita_browser):
     page = rita_browser.get(f"/inbox/actions/{action.pk}").content.decode()
     total = page.split("data-money-total>", 1)[1].split("</p>", 1)[0]
     assert "$3.50 USD" in total and "$1.00 USD" in total and "$2.50 USD" in total
+    outcome = page.split('class="outcome">', 1)[1].split("</p>", 1)[0]
+    assert "$3.50 USD" in outcome  # what will happen is the total, not its first part

@@ -95,3 +95,13 @@ def test_a_currency_of_an_undeclared_kind_in_editable_is_refused(agent, key):
     )
     assert response.status_code == 422, response.content
     assert response.json()["field"] == "editable[0]"
+
+
+@pytest.mark.parametrize("index", SPELLINGS.values(), ids=SPELLINGS)
+def test_an_index_spelled_otherwise_is_refused_in_a_rule_condition(db, index):
+    text = (
+        "rules: [{name: r, kind: psp.payout, then: auto_approve, "
+        f"when: {{path: 'payload.lines.{index}.amount_cents', lte: 500}}}}]"
+    )
+    with pytest.raises(engine.RuleError, match=r"when.path: list index"):
+        install_rules(text)

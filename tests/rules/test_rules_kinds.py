@@ -123,3 +123,12 @@ def test_a_backtest_routes_an_undeclared_kinds_auto_approval_to_review(agent):
     rules = services.parse_file("rules: [{name: all, kind: '*', then: auto_approve}]").rules
     report = backtest(rules, past_actions(None))
     assert (report.outcomes["auto_approve"], report.outcomes["review"]) == (1, 1)
+
+
+def test_detect_is_warned_at_every_start(settings):
+    from rules.checks import undeclared_kinds_detected
+
+    assert undeclared_kinds_detected() == []
+    settings.IMPRI_UNDECLARED_KINDS = "detect"
+    [warning] = undeclared_kinds_detected()
+    assert warning.id == "impri.W004" and "impri rules kinds --undeclared" in warning.hint
