@@ -2,7 +2,7 @@
 
 ``MCPServer.run_stdio_async`` serves stdio with ``stdio_server()`` and no way to
 give it another stdin; Impri's stdio reads each line one way first
-(``approvals.mcp.stdio``: a duplicate key or nesting past 64 levels is answered
+(``approvals.mcp.stdio``: a duplicate key or too deep a nesting is answered
 with a JSON-RPC error and never reaches the SDK, which would keep the last key).
 So the method's body is copied here, over streams the caller opens. Needed for
 correctness, not speed.

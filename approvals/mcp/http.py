@@ -12,7 +12,10 @@ daphne never sends. So ``MCPHttpApp``:
    channel-layer group; its action stays as it was) before daphne exits;
 3. reads the request body before the SDK sees it, so ``impri.asgi.BodyLimit``
    can still answer 413 for an oversized chunked body;
-4. turns a rate-limited key into 429 instead of the SDK's 401.
+4. turns a rate-limited key into 429 instead of the SDK's 401;
+5. answers a body that doesn't read one way (a duplicate key, nesting past 128
+   levels: ``server.json_rpc_refusal``) with a JSON-RPC parse error, 400, once the
+   SDK has checked the key: the SDK itself never reads that body.
 
 Stateless (any daphne process serves any request, no sticky sessions) and SSE
 responses (progress notifications and the SDK's pings reach the client while
@@ -38,6 +41,7 @@ from identity import keys
 from plumbing import db_threads
 
 from . import AGENT_SCOPE, AgentAccessToken, build_server, settle_waits
+from .server import json_rpc_refusal
 
 logger = logging.getLogger(__name__)
 
@@ -136,11 +140,18 @@ class MCPHttpApp:
         await self.start()
         if scope["path"] == self.path + "/":
             scope = {**scope, "path": self.path, "raw_path": self.path.encode()}
-        receive = await _read_body_first(receive)
+        messages = await _read_body_first(receive)
+        refused = None
+        if scope["type"] == "http" and scope["method"] == "POST":
+            refused = json_rpc_refusal(b"".join(m.get("body", b"") for m in messages))
         refusals: list[RateLimited] = []
         reset = _refusals.set(refusals)
+        send = _answer_429_when_refused(_json_errors(send), refusals)
         try:
-            await self.asgi(scope, receive, _answer_429_when_refused(_json_errors(send), refusals))
+            if refused is None:
+                await self.asgi(scope, _replay(messages, receive), send)
+            else:
+                await self.asgi(scope, *_refuse_once_read(messages, receive, send, refused))
         finally:
             _refusals.reset(reset)
 
@@ -203,8 +214,8 @@ async def _read_body_first(receive):
     ``BodyLimit`` raises from ``receive`` when a chunked body passes the limit:
     raised here it reaches ``BodyLimit``, which answers 413; raised inside the
     SDK's Starlette app it would become a 500. The SDK buffers the body anyway.
-    After the body, ``receive`` is the server's again, so the SDK still hears
-    ``http.disconnect`` and cancels the call of a client that hung up.
+    After the body, ``receive`` is the server's again (``_replay``), so the SDK still
+    hears ``http.disconnect`` and cancels the call of a client that hung up.
     """
     body: deque = deque()
     while True:
@@ -212,11 +223,44 @@ async def _read_body_first(receive):
         body.append(message)
         if message["type"] != "http.request" or not message.get("more_body", False):
             break
+    return body
 
+
+def _replay(body: deque, receive):
     async def replay():
         return body.popleft() if body else await receive()
 
     return replay
+
+
+def _refuse_once_read(body: deque, receive, send, refusal: dict):
+    """``receive`` and ``send`` for the SDK when the body doesn't read one way.
+
+    The SDK reads the body only once it has checked the key (a caller without one
+    still learns nothing but 401); it is handed an empty body instead, and whatever
+    it answers to that is replaced with ``refusal``.
+    """
+    read = answered = False
+    if body and body[-1]["type"] == "http.request":
+        body = deque([{"type": "http.request", "body": b"", "more_body": False}])
+    replay = _replay(body, receive)
+
+    async def guarded_receive():
+        nonlocal read
+        message = await replay()
+        read = read or message["type"] == "http.request"
+        return message
+
+    async def refusing_send(message):
+        nonlocal answered
+        if not read:
+            return await send(message)  # answered before the body: 401, 406, 421…
+        if message["type"] == "http.response.start":
+            answered = True
+            return await _send_json(send, 400, refusal)
+        return None if answered else await send(message)
+
+    return guarded_receive, refusing_send
 
 
 def _json_errors(send):

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import logging
+import re
 from typing import Any
 
 from django.conf import settings
@@ -23,7 +25,7 @@ from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
 from identity import keys
-from plumbing import db_threads, public_url
+from plumbing import db_threads, public_url, strict_json
 
 from ..errors import Forbidden, ImpriError, InvalidInput, NotAuthenticated
 from ..models import Action
@@ -63,6 +65,12 @@ class ImpriMCPServer(MCPServer):
     def register(self, fn, *, title: str, annotations: ToolAnnotations) -> None:
         self.add_tool(fn, title=title, annotations=annotations)
         self._arguments[fn.__name__] = frozenset(inspect.signature(fn).parameters) - {"ctx"}
+
+    async def run_stdio_async(self) -> None:
+        """The SDK's stdio transport, each line read one way first (``approvals.mcp.stdio``)."""
+        from .stdio import serve
+
+        await serve(self)
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context=None):
         # Like REST's extra="forbid": a misspelt argument is refused, not dropped.
@@ -121,6 +129,72 @@ def error_result(exc: ImpriError) -> CallToolResult:
         is_error=True,
         _meta={ERROR_META_KEY: {"status": exc.status_code, **exc.as_dict()}},
     )
+
+
+PARSE_ERROR = -32700  # JSON-RPC's code for a message that can't be read
+# Below the SDK's own JSON parser's limit (about 200), so every message refused for its
+# depth is refused here, with its id; a tool's argument past 64 is the schema's error.
+MESSAGE_DEPTH = 2 * strict_json.MAX_DEPTH
+
+
+def json_rpc_refusal(body: str | bytes) -> dict | None:
+    """The JSON-RPC error for a message that doesn't read one way, else None.
+
+    A duplicate key or nesting past ``MESSAGE_DEPTH`` is refused before the SDK
+    parses the message (it keeps the last key, and its parser gives up past its
+    own depth). Text that isn't JSON at all is left to the SDK's own parse error. The
+    error carries the request's id when it has exactly one, so the client matches it to
+    its call (over stdio nothing else would: the call would wait for its timeout).
+    """
+    try:
+        strict_json.loads(body, max_depth=MESSAGE_DEPTH)
+    except strict_json.Refused as exc:
+        try:
+            found = _request_id(body)
+        except ValueError:  # refused unparsed: the id itself may not be JSON
+            found = None
+        return {
+            "jsonrpc": "2.0",
+            "id": found,
+            "error": {"code": PARSE_ERROR, "message": f"Parse error: {exc}"},
+        }
+    except ValueError:
+        return None
+    return None
+
+
+# A JSON string, a key (a string and its colon), or a bracket.
+_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"(\s*:)?|[\[\]{}]', re.DOTALL)
+
+
+def _request_id(body: str | bytes) -> str | int | None:
+    """The message's ``id`` when its object has exactly one, a string or an integer.
+
+    Read by a scan that parses nothing but the top level's keys and the id itself, so a
+    message nested 10,000 deep still gets its id back.
+    """
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    if not text.lstrip().startswith("{"):
+        return None
+    depth, found = 0, []
+    for match in _TOKENS.finditer(text):
+        token = match.group()
+        if token in ("[", "{"):
+            depth += 1
+        elif token in ("]", "}"):
+            depth -= 1
+        elif (
+            depth == 1
+            and match.group(1)
+            and json.loads(token[: match.start(1) - match.start()]) == "id"
+        ):
+            start = len(text) - len(text[match.end() :].lstrip())
+            if text[start : start + 1] in ("[", "{"):
+                return None
+            found.append(json.JSONDecoder().raw_decode(text, start)[0])
+    if len(found) == 1 and isinstance(found[0], str | int) and not isinstance(found[0], bool):
+        return found[0]
+    return None
 
 
 class InvalidArguments(InvalidInput):
