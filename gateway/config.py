@@ -31,6 +31,7 @@ from django.db import transaction
 
 from audit import log as audit
 from audit.models import ActorType
+from plumbing import strict_json
 
 from .models import Policy, ToolPolicy, Upstream, money_entry, money_problem
 
@@ -51,7 +52,7 @@ class Parsed:
 
 def parse_yaml(text: str) -> list[Parsed]:
     try:
-        document = yaml.safe_load(text)
+        document = strict_json.load_yaml(text)
     except yaml.YAMLError as exc:
         from plumbing import yaml_errors  # line, column and the offending line
 

@@ -9,14 +9,13 @@ over HTTP, where the usual permission checks apply.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from approvals import reviewer_claims
 from approvals.events import INBOX_ALL_GROUP, inbox_group
-from plumbing import db_threads
+from plumbing import db_threads, strict_json
 from twofactor import services as twofactor
 
 logger = logging.getLogger(__name__)
@@ -96,7 +95,7 @@ class InboxConsumer(AsyncJsonWebsocketConsumer):
         if text_data is None or len(text_data) > 1024:
             return
         try:
-            content = json.loads(text_data)
+            content = strict_json.loads(text_data)
         except ValueError:
             return
         await self.receive_json(content)

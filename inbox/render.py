@@ -23,6 +23,7 @@ from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
 
 from approvals.hidden_text import has_hidden, reveal, reveal_plain  # noqa: F401 (the template tags use all three)
+from plumbing import strict_json
 
 # --- Markdown -------------------------------------------------------------------------------
 
@@ -117,8 +118,9 @@ def diff(body: str) -> SafeString:
 
 
 def pretty_json(body: str) -> SafeString:
-    with contextlib.suppress(TypeError, ValueError):
-        body = json.dumps(json.loads(body), indent=2, ensure_ascii=False, sort_keys=True)
+    """Indented when it reads one way; else (a row stored before push checked it) the text as sent."""
+    with contextlib.suppress(TypeError, ValueError, RecursionError):
+        body = json.dumps(strict_json.loads(body), indent=2, ensure_ascii=False, sort_keys=True)
     return mark_safe(f'<pre class="json">{reveal(body)}</pre>')  # noqa: S308
 
 

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import difflib
-import json
 from datetime import timedelta
 
 import yaml
@@ -14,6 +13,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 
+from plumbing import strict_json
 from plumbing.admin import ReadOnlyAdminMixin
 
 from . import engine, services
@@ -40,7 +40,7 @@ class YAMLField(forms.CharField):
         if not text.strip():
             return {}
         try:
-            loaded = yaml.safe_load(text)
+            loaded = strict_json.load_yaml(text)
         except yaml.YAMLError as exc:
             raise forms.ValidationError(
                 f"not YAML: {str(exc).replace(chr(10), ' ')}", code="invalid"
@@ -303,7 +303,7 @@ class DryRunForm(forms.Form):
         if not text:
             return None
         try:
-            action = json.loads(text)
+            action = strict_json.loads(text)
         except ValueError as exc:
             raise forms.ValidationError(f"not JSON: {exc}") from None
         if not isinstance(action, dict):

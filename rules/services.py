@@ -20,6 +20,7 @@ from audit import log as audit
 from audit.identity import current_actor
 from audit.models import ActorType
 from compat.django import prepared_cursor
+from plumbing import strict_json
 
 from . import engine, money
 from . import kinds as kinds_
@@ -108,7 +109,7 @@ def parse_file(text: str) -> RuleFile:
     RuleError (KindError for ``kinds:``) names the bad part.
     """
     try:
-        document = yaml.safe_load(text)
+        document = strict_json.load_yaml(text)
     except yaml.YAMLError as exc:
         from plumbing import yaml_errors  # line, column and the offending line
 

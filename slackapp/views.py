@@ -11,7 +11,6 @@ modal are parsed here and decided by ``slackapp.decisions``.
 
 from __future__ import annotations
 
-import json
 import logging
 
 from django.conf import settings
@@ -24,6 +23,7 @@ from slack_sdk.signature import SignatureVerifier
 
 from approvals.models import Action
 from approvals.schemas import resolve_path
+from plumbing import strict_json
 
 from . import blocks, decisions
 from .delivery import INLINE_TIMEOUT_S, web_client
@@ -64,9 +64,11 @@ def interactivity(request: HttpRequest) -> HttpResponse:
             status=401,
         )
     try:
-        payload = json.loads(request.POST.get("payload") or "")
+        payload = strict_json.loads(request.POST.get("payload") or "")
         if not isinstance(payload, dict):
             raise ValueError
+    except strict_json.Refused as exc:
+        return JsonResponse({"detail": f"payload: {exc}"}, status=422)
     except ValueError:
         return JsonResponse(
             {"detail": "payload: must be Slack's JSON interaction payload"}, status=400
@@ -163,7 +165,7 @@ def view_submission(payload: dict, client: WebClient) -> HttpResponse:
     if dig(payload, "view", "callback_id") != blocks.EDIT_CALLBACK:
         return HttpResponse(status=200)
     try:
-        meta = json.loads(dig(payload, "view", "private_metadata") or "")
+        meta = strict_json.loads(dig(payload, "view", "private_metadata") or "")
         action_id, seen, channel = (meta.get(k) for k in ("a", "s", "c"))
         if not all(isinstance(v, str) for v in (action_id, seen, channel)):
             raise ValueError
@@ -238,6 +240,8 @@ def typed(original, raw: str):
         except ValueError:
             raise ValueError("must be a number") from None
     try:
-        return json.loads(raw)
+        return strict_json.loads(raw)
+    except strict_json.Refused as exc:
+        raise ValueError(f"must be JSON that reads one way: {exc}") from None
     except ValueError:
         raise ValueError("must be JSON, like the agent's value") from None

@@ -17,7 +17,6 @@ audited: ``twofactor.passkey_registered``, ``twofactor.passkey_used`` (and
 from __future__ import annotations
 
 import base64
-import json
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -28,7 +27,7 @@ from django.utils import timezone
 from audit import log as audit
 from audit.identity import user_ref
 from audit.models import ActorType
-from plumbing import public_url
+from plumbing import public_url, strict_json
 
 from . import services
 from .models import PasskeyDevice
@@ -214,8 +213,10 @@ def authenticate(request, credential: dict, *, step_up: bool = False) -> Passkey
 
 def parse(body: bytes) -> dict:
     try:
-        data = json.loads(body or b"{}")
-    except (ValueError, UnicodeDecodeError):
+        data = strict_json.loads(body or b"{}")
+    except strict_json.Refused as exc:
+        raise Failed(f"the request must be JSON that reads one way: {exc}") from None
+    except ValueError:
         raise Failed("the request must be JSON") from None
     if not isinstance(data, dict) or not isinstance(data.get("credential", {}), dict):
         raise Failed("the request must be a JSON object with the credential")

@@ -11,13 +11,13 @@ subscribes with. ``/inbox/push/`` is the page where a reviewer sees and removes 
 
 from __future__ import annotations
 
-import json
-
 from django.contrib.auth.decorators import login_required
 from django.db import IntegrityError, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from plumbing import strict_json
 
 from . import endpoints, keys
 from .models import PushSubscription
@@ -54,8 +54,10 @@ def subscriptions(request: HttpRequest) -> HttpResponse:
         mine = PushSubscription.objects.filter(user=request.user)
         return JsonResponse({"devices": [_device(s) for s in mine]})
     try:
-        body = json.loads(request.body or b"{}")
-    except (ValueError, UnicodeDecodeError):
+        body = strict_json.loads(request.body or b"{}")
+    except strict_json.Refused as exc:
+        return _error(f"body: {exc}", status=422)
+    except ValueError:
         return _error("the body must be JSON")
     if not isinstance(body, dict):
         return _error("the body must be a JSON object")

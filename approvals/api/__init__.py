@@ -15,10 +15,11 @@ from django.db import DatabaseError
 from django.http import HttpRequest
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.parser import Parser
 from ninja.security import HttpBearer
 
 from identity import keys
-from plumbing import db_threads, fallbacks
+from plumbing import db_threads, fallbacks, strict_json
 
 from ..errors import ImpriError, RateLimited
 from . import agent, audit, reviewer
@@ -88,6 +89,19 @@ def _referenced(node, schemas: dict, found: set | None = None) -> set:
     return found
 
 
+# A field nested past 64 levels is the schema's 422, naming the field (``json_problem``);
+# a body nested past this is refused before it is parsed, naming the body.
+BODY_DEPTH = 4 * strict_json.MAX_DEPTH
+
+
+class OneReadingParser(Parser):
+    """Bodies read one way (``plumbing.strict_json``): a duplicate key or nesting past
+    ``BODY_DEPTH`` is a 422."""
+
+    def parse_body(self, request: HttpRequest):
+        return strict_json.loads(request.body, max_depth=BODY_DEPTH)
+
+
 api = ImpriAPI(
     title="Impri",
     version="1",
@@ -95,6 +109,7 @@ api = ImpriAPI(
     openapi_extra={"info": {"license": {"name": "Apache-2.0", "identifier": "Apache-2.0"}}},
     urls_namespace="api",
     auth=KeyAuth(),
+    parser=OneReadingParser(),
 )
 
 
@@ -140,6 +155,10 @@ def _auth_error(request, exc):
 @api.exception_handler(HttpError)
 def _http_error(request, exc: HttpError):
     """ninja's own refusals, in our error shape; the only 400 is a body that isn't JSON."""
+    if isinstance(exc.__cause__, strict_json.Refused):  # ninja wraps what the parser raises
+        detail = f"body: {exc.__cause__}"
+        body = {"detail": detail, "code": "invalid", "field": "body"}
+        return api.create_response(request, body, status=422)
     if exc.status_code == 400:
         body = {"detail": "body: is not valid JSON", "code": "bad_request", "field": "body"}
     else:

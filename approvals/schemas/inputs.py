@@ -13,6 +13,7 @@ from pydantic import (
     model_validator,
 )
 
+from plumbing import strict_json
 from rules.paths import path_problem
 
 from .validation import (
@@ -31,7 +32,6 @@ from .validation import (
     json_problem,
     resolve_path,
 )
-
 
 # Idempotency keys Impri derives for itself (the gateway's ``mcp-gateway:<digest>:<n>``) live
 # under these prefixes, compared after NFKC and case folding: no agent may write one, at any
@@ -84,6 +84,18 @@ class PreviewIn(StrictModel):
         description="What the reviewer reads; untrusted, always escaped.",
         json_schema_extra={"pattern": NO_NUL},
     )
+
+    @model_validator(mode="after")
+    def _json_reads_one_way(self) -> PreviewIn:
+        # Read once here, so no stored preview can make the inbox page fail to render it.
+        if self.format == "json":
+            try:
+                strict_json.loads(self.body)
+            except strict_json.Refused as exc:
+                raise ValueError(f"preview.body: {exc}") from None
+            except ValueError:
+                raise ValueError("preview.body: is not JSON (the format is json)") from None
+        return self
 
 
 class ActionIn(StrictModel):

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from plumbing import strict_json
 from plumbing.progress import Progress
 from rules import engine, services
 from rules import kinds as kinds_
@@ -143,7 +144,7 @@ class Command(BaseCommand):
 
     def _action(self, path: str) -> dict:
         try:
-            action = json.loads(Path(path).read_text())
+            action = strict_json.loads(Path(path).read_text())
         except (OSError, ValueError) as exc:
             raise CommandError(f"cannot read the action in {path}: {exc}") from None
         if not isinstance(action, dict):
