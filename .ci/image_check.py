@@ -56,6 +56,8 @@ STORAGE = ["--storage-driver", "vfs"]
 WORK = Path(tempfile.mkdtemp(prefix="impri-image-"))
 SPECIAL_MOUNTS = ("proc", "dev", "dev/shm")
 IMPRI_SERVICES = ("migrate", "web", "worker", "beat")
+# The operator who made secrets/ with `chmod 600`: any uid but the image's.
+OPERATOR_UID = 4242
 
 
 def log(message: str) -> None:
@@ -182,11 +184,12 @@ class Image:
         self.cmd = config["Cmd"]
         self.processes: list[tuple[str, subprocess.Popen, Path]] = []
 
-    def argv(self, command: list[str], env: dict[str, str]) -> list[str]:
+    def argv(self, command: list[str], env: dict[str, str], user: str | None = None) -> list[str]:
         variables = [f"{k}={v}" for k, v in {**self.env, **env}.items()]
+        user = user or self.user
         return [
             "chroot",
-            f"--userspec={self.user}:{self.user}",
+            f"--userspec={user}:{user}",
             str(self.root),
             "env",
             "-i",
@@ -194,25 +197,30 @@ class Image:
             *command,
         ]
 
-    def run(self, command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    def run(
+        self, command: list[str], env: dict[str, str], user: str | None = None
+    ) -> subprocess.CompletedProcess:
         done = subprocess.run(
-            self.argv(command, env), cwd="/", capture_output=True, text=True, timeout=300
+            self.argv(command, env, user), cwd="/", capture_output=True, text=True, timeout=300
         )
         if done.returncode != 0:
             raise SystemExit(f"image-check: {command} failed:\n{done.stdout}\n{done.stderr}")
         return done
 
-    def start(self, name: str, command: list[str], env: dict[str, str]) -> None:
+    def start(
+        self, name: str, command: list[str], env: dict[str, str], user: str | None = None
+    ) -> subprocess.Popen:
         path = WORK / f"{name}.log"
         with open(path, "w") as log_file:
             process = subprocess.Popen(
-                self.argv(command, env),
+                self.argv(command, env, user),
                 cwd="/",
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         self.processes.append((name, process, path))
+        return process
 
     def logs(self) -> str:
         return "\n".join(
@@ -314,7 +322,10 @@ def scaled(image: Image, compose: dict) -> None:
         )
     name = "impri_image_" + secrets.token_hex(4)
     admin_sql(database_url, f'CREATE DATABASE "{name}"')
-    # The secrets compose mounts at /run/secrets, made the way the README says.
+    # impri-start's copies of the secrets (the image's /dev/shm is the host's here).
+    copies_before = set(Path("/dev/shm").glob("impri-secrets.*"))
+    # The secrets compose mounts at /run/secrets, made the way the README says: `chmod 600
+    # secrets/*`, owned by the operator's own uid (not the image's 10001), as Compose mounts them.
     secrets_dir = image.root / "run/secrets"
     secrets_dir.mkdir(parents=True, exist_ok=True)
     for secret in compose["secrets"]:
@@ -323,7 +334,8 @@ def scaled(image: Image, compose: dict) -> None:
         else:
             value = secrets.token_urlsafe(50) + "\n"
         (secrets_dir / secret).write_text(value)
-        (secrets_dir / secret).chmod(0o444)
+        (secrets_dir / secret).chmod(0o600)
+        os.chown(secrets_dir / secret, OPERATOR_UID, OPERATOR_UID)
     variables = {"POSTGRES_PASSWORD": "ci", "IMPRI_BASE_URL": "http://127.0.0.1"}
     loopback = {
         "DATABASE_URL": urlunsplit(urlsplit(database_url)._replace(path="/" + name)),
@@ -333,6 +345,10 @@ def scaled(image: Image, compose: dict) -> None:
     }
     services = compose["services"]
 
+    def user(service: str) -> str | None:
+        """Compose's `user:` for the service (root for Impri's: impri-start drops to impri)."""
+        return services[service].get("user")
+
     def service_env(service: str) -> dict[str, str]:
         env = {
             k: interpolate(str(v), variables) for k, v in services[service]["environment"].items()
@@ -341,25 +357,27 @@ def scaled(image: Image, compose: dict) -> None:
         return {**env, **loopback, "IMPRI_SECURE_COOKIES": "false"}
 
     try:
-        image.run(services["migrate"]["command"], service_env("migrate"))
+        image.run(services["migrate"]["command"], service_env("migrate"), user("migrate"))
         port, port_2 = free_port(), free_port()
         base = f"http://127.0.0.1:{port}"
-        for name, listen in (("web", port), ("web-2", port_2)):
+        for replica, listen in (("web", port), ("web-2", port_2)):
             # Each replica its own /data, as two containers have (compose gives web none).
             env = {
                 **service_env("web"),
                 "IMPRI_PORT": str(listen),
-                "IMPRI_DATA_DIR": f"/tmp/{name}",
+                "IMPRI_DATA_DIR": f"/tmp/{replica}",
             }
-            image.start(name, services["web"]["command"], env)
-        image.start("worker", services["worker"]["command"], service_env("worker"))
-        image.start("beat", services["beat"]["command"], service_env("beat"))
+            image.start(replica, services["web"]["command"], env, user("web"))
+        image.start("worker", services["worker"]["command"], service_env("worker"), user("worker"))
+        image.start("beat", services["beat"]["command"], service_env("beat"), user("beat"))
         image.wait_ready(base, "/readyz")
         image.wait_ready(f"http://127.0.0.1:{port_2}", "/readyz")
+        runs_as_the_images_user(image)
         replicas_publish_one_key([base, f"http://127.0.0.1:{port_2}"])
 
-        env = service_env("web")
-        agent = image.run(["impri", "createagent", "compose-bot"], env).stdout.split()[-1]
+        # `docker compose run --rm web impri ...`: the service's user, the service's secrets.
+        env, web_user = service_env("web"), user("web")
+        agent = image.run(["impri", "createagent", "compose-bot"], env, web_user).stdout.split()[-1]
         secret = image.run(
             [
                 "impri",
@@ -369,9 +387,10 @@ def scaled(image: Image, compose: dict) -> None:
                 "from approvals.models import Agent; print(Agent.objects.get(name='compose-bot').webhook_secret)",
             ],
             env,
+            web_user,
         ).stdout.split()[-1]
-        image.run(["impri", "createreviewer", "rita"], env)
-        rita = image.run(["impri", "token", "rita"], env).stdout.split()[-1]
+        image.run(["impri", "createreviewer", "rita"], env, web_user)
+        rita = image.run(["impri", "token", "rita"], env, web_user).stdout.split()[-1]
         receiver = Receiver()
         try:
             action = http(
@@ -393,6 +412,18 @@ def scaled(image: Image, compose: dict) -> None:
     finally:
         image.stop_all()
         admin_sql(database_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        for copy in set(Path("/dev/shm").glob("impri-secrets.*")) - copies_before:
+            shutil.rmtree(copy, ignore_errors=True)
+
+
+def runs_as_the_images_user(image: Image) -> None:
+    """Started as root (compose's `user: root`), every Impri process runs as the image's user."""
+    expected = image.run(["id", "-u", image.user], {}).stdout.strip()
+    for name, process, _ in image.processes:
+        status = Path(f"/proc/{process.pid}/status").read_text()
+        uid = next(line.split()[1] for line in status.splitlines() if line.startswith("Uid:"))
+        assert uid == expected, f"{name} runs as uid {uid}, not {image.user} ({expected})"
+    log(f"secrets 0600 of uid {OPERATOR_UID}: every service reads them and runs as uid {expected}")
 
 
 def replicas_publish_one_key(bases: list[str]) -> None:
@@ -422,7 +453,7 @@ def run_healthchecks(image: Image, services: dict, env: dict[str, str]) -> None:
         command = [
             part.replace("127.0.0.1:8000", f"127.0.0.1:{env['IMPRI_PORT']}") for part in command
         ]
-        image.run(command, env)
+        image.run(command, env, services[name].get("user"))  # as the container's user
         log(f"{name}: compose's health check passes")
 
 
