@@ -97,7 +97,10 @@ def test_the_dashboard_opens_on_today_and_shows_every_refunded_amount(phone, ser
 # --- Turn on notifications, when the push service can't be reached ---------------------------
 
 # The browser's own PushManager, answering as it does when its push service is out of reach.
-HANGS = "PushManager.prototype.subscribe = function () { return new Promise(function () {}); };"
+HANGS = (
+    "PushManager.prototype.subscribe = function () {"
+    " document.body.dataset.subscribing = '1'; return new Promise(function () {}); };"
+)
 FAILS = (
     "PushManager.prototype.subscribe = function () { return Promise.reject("
     "new DOMException('Registration failed - push service error', 'AbortError')); };"
@@ -135,6 +138,8 @@ def test_a_push_service_that_never_answers_is_named_after_a_wait(chromium, serve
         status = page.locator("[data-push-status]")
         page.get_by_role("button", name="Turn on notifications").click()
         expect(status).to_have_text("Turning on notifications…")
+        # The browser was asked (after Impri's key arrived): now let 21 s pass on the page's clock.
+        expect(page.locator("body")).to_have_attribute("data-subscribing", "1")
         page.clock.run_for("00:21")
         expect(status).to_have_text(UNREACHABLE)
         expect(status).to_contain_text("Check this device's connection")
