@@ -259,6 +259,15 @@ def test_a_slack_payload_that_reads_two_ways_is_a_422(db, settings, payload, wor
     assert words in response.json()["detail"]
 
 
+def test_a_slack_edit_value_that_reads_two_ways_is_refused():
+    from slackapp.views import typed
+
+    assert typed({"a": 1}, '{"a": 2}') == {"a": 2}
+    for raw, words in (('{"a": 1, "a": 2}', 'duplicate key "a"'), (DEEP, "deeper than 64")):
+        with pytest.raises(ValueError, match=words):
+            typed({"a": 1}, raw)
+
+
 @pytest.mark.django_db(transaction=True)
 async def test_the_inbox_socket_ignores_a_frame_that_reads_two_ways(rita):
     client = Client()
