@@ -5,9 +5,14 @@
    awaits the decision and reports the result.
 2. openapi-typescript generates TypeScript types from the live document; tsc compiles a
    push body against them.
-3. clients/typescript: `npm ci`, `npm run build`, `npm test` (the AI SDK and Mastra with
-   scripted models), and `import { Impri, verifyGrant, verifyWebhook } from "@impri/client"`
-   from a project that installed it with `npm install path/to/clients/typescript`.
+3. clients/typescript: `npm ci`, `npm run build`, the README's TypeScript blocks through tsc
+   (strict, against `ai` 6 with `@mastra/core` 0.24 and `ai` 7 with 1.x), `npm pack` and
+   `attw` over that tarball (`import` and `require`, node10, node16 and bundler resolution),
+   `npm test` (the tests are TypeScript, compiled strict first; the AI SDK and Mastra, both
+   majors each, with scripted models: approve, edit, reject), and `import`/`require` of
+   `@impri/client` from a project that installed the tarball attw checked.
+   The live OpenAPI document passes `redocly lint` (recommended ruleset) and
+   openapi-spec-validator.
 4. The LangGraph and OpenAI Agents SDK examples (scripted models, no API key) end to end,
    with this script as the reviewer: one refund approved, one rejected, one lowered.
 5. docs/api.md's grant verification with PyJWT and joserfc, on a real grant.
@@ -220,14 +225,34 @@ def typescript_build():
     run([NPM, "run", "build"], cwd=TS)
 
 
-def typescript_client(env: dict):
+def typescript_checks(packed: Path) -> Path:
+    """The README's blocks through tsc (`npm test` compiles the tests, strict); `npm pack`, and
+    attw over that tarball, which the consumer project then installs."""
+    run(["node", "scripts/readme-snippets.mjs"], cwd=TS)
+    run([NPM, "pack", "--pack-destination", str(packed)], cwd=TS)
+    (tarball,) = packed.glob("*.tgz")
+    run([TS / "node_modules/.bin/attw", str(tarball)], cwd=TS)
+    return tarball
+
+
+def openapi_lint(agents_python: str, url: str):
+    with tempfile.TemporaryDirectory(prefix="impri-openapi-") as tmp:
+        doc = Path(tmp) / "openapi.json"
+        doc.write_bytes(httpx.get(f"{url}/api/v1/openapi.json").raise_for_status().content)
+        run([TS / "node_modules/.bin/redocly", "lint", "--format", "stylish", str(doc)], cwd=tmp)
+        validator = str(Path(agents_python).with_name("openapi-spec-validator"))
+        run([validator, str(doc)])
+    print("the OpenAPI document: redocly lint (recommended) and openapi-spec-validator: ok")
+
+
+def typescript_client(env: dict, tarball: Path):
     npm = NPM
     run([npm, "test"], cwd=TS, env={**os.environ, **env})
     with tempfile.TemporaryDirectory(prefix="impri-ts-consumer-") as tmp:
         (Path(tmp) / "package.json").write_text(
             '{"name": "consumer", "private": true, "type": "module"}'
         )
-        run([npm, "install", "--no-audit", "--no-fund", str(TS)], cwd=tmp)
+        run([npm, "install", "--no-audit", "--no-fund", str(tarball)], cwd=tmp)
         check = (
             'import { Impri, verifyGrant, verifyWebhook } from "@impri/client";\n'
             'const impri = new Impri({ baseUrl: process.argv[2], apiKey: "imp_a_none" });\n'
@@ -238,6 +263,14 @@ def typescript_client(env: dict):
         )
         (Path(tmp) / "check.mjs").write_text(check)
         run(["node", "check.mjs", env["IMPRI_URL"]], cwd=tmp)
+        required = (
+            'const { Impri, verifyGrant, withImpriApprovals } = require("@impri/client");\n'
+            'if (typeof Impri !== "function" || typeof verifyGrant !== "function"'
+            ' || typeof withImpriApprovals !== "function") process.exit(1);\n'
+            'console.log("@impri/client required from CommonJS: ok");\n'
+        )
+        (Path(tmp) / "check.cjs").write_text(required)
+        run(["node", "check.cjs"], cwd=tmp)
 
 
 class Reviewer(threading.Thread):
@@ -322,18 +355,31 @@ def main() -> int:
         started = step("clients/typescript: npm ci, npm run build")
         typescript_build()
         done(started)
+        started = step(
+            "clients/typescript: tsc over the README's blocks; npm pack, attw over the tarball"
+        )
+        packed = Path(tempfile.mkdtemp(prefix="impri-ts-pack-"))
+        tarball = typescript_checks(packed)
+        done(started)
+        started = step("the OpenAPI document: redocly lint, openapi-spec-validator")
+        openapi_lint(agents_python, url)
+        done(started)
         started = step("openapi-typescript: generate types from the live document")
         typescript_types(url)
         done(started)
-        started = step("clients/typescript: npm test; installed into another project")
+        started = step(
+            "clients/typescript: npm test (ai 6 and 7, Mastra 0.24 and 1.x); installed into another project"
+        )
         typescript_client(
             {
                 "IMPRI_URL": url,
                 "IMPRI_AGENT_KEY": agent_key,
                 "IMPRI_REVIEWER_KEY": reviewer_key,
                 "IMPRI_WEBHOOK_SECRET": secret,
-            }
+            },
+            tarball,
         )
+        shutil.rmtree(packed, ignore_errors=True)
         done(started)
         for module in ("examples.langgraph_agent", "examples.openai_agents_agent"):
             started = step(f"{module}: end to end, scripted model")

@@ -1,4 +1,5 @@
-// `npm run typecheck`: every ```ts block of README.md becomes a module of build-readme/<variant>/,
+// `npm run typecheck`: every ```ts block of README.md (and of docs/agents.md: fragments, given
+// DOCS_HEADER's imports) becomes a module of build-readme/<variant>/,
 // compiled strict (tsc --noEmit) against the real packages: variant "ai6-mastra0" as written
 // (`ai` 6, `@mastra/core` 0.24), variant "ai7-mastra1" with the imports moved to the aliases
 // `ai7` and `mastra1`. A block whose first line is `// @mastra/core 1.x` or `// @mastra/core 0.24`
@@ -10,9 +11,18 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
-const readme = readFileSync(join(root, "README.md"), "utf8");
-const blocks = [...readme.matchAll(/^```ts\n([\s\S]*?)^```$/gm)].map((m) => m[1]);
-if (blocks.length < 4) throw new Error(`README.md: ${blocks.length} TypeScript blocks, expected the examples`);
+const tsBlocks = (text) => [...text.matchAll(/^```ts\n([\s\S]*?)^```$/gm)].map((m) => m[1]);
+const DOCS_HEADER = `import { tool } from "ai";
+import { createTool } from "@mastra/core/tools";
+import { z } from "zod";
+import { Impri, answerToolApprovals, gateMastraTool, impriApproval, impriTool } from "@impri/client";
+declare const impri: Impri;
+`;
+const readmeBlocks = tsBlocks(readFileSync(join(root, "README.md"), "utf8"));
+const docsBlocks = tsBlocks(readFileSync(join(root, "../../docs/agents.md"), "utf8"));
+if (readmeBlocks.length < 4 || docsBlocks.length < 2) throw new Error("README.md or docs/agents.md: fewer TypeScript blocks than the examples");
+const withMarker = (code, body) => (code.match(/^\/\/ @mastra\/core (1\.x|0\.24)\n/)?.[0] ?? "") + body;
+const blocks = [...readmeBlocks, ...docsBlocks.map((code) => withMarker(code, DOCS_HEADER + code))];
 
 const prelude = (ai) => `
 declare const model: import("${ai}").LanguageModel;
@@ -55,9 +65,9 @@ for (const variant of variants) {
     "--lib", "es2023,dom", "--types", "node", "--skipLibCheck", ...files];
   try {
     execFileSync(join(root, "node_modules/.bin/tsc"), args, { cwd: out, stdio: "inherit" });
-    console.log(`README.md: ${files.length - 1} TypeScript blocks type-check against ${variant.name}`);
+    console.log(`README.md, docs/agents.md: ${files.length - 1} TypeScript blocks type-check against ${variant.name}`);
   } catch {
-    console.error(`README.md: the blocks above do not type-check against ${variant.name} (files in ${out})`);
+    console.error(`README.md, docs/agents.md: the blocks above do not type-check against ${variant.name} (files in ${out})`);
     failed = true;
   }
 }
