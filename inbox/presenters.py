@@ -88,8 +88,11 @@ class Total:
 
 
 def money_totals(action: Action) -> list[Total]:
-    """The action's totals per currency that add up more than one amount (the inbox shows
-    the total the guards hold, and its parts); none when each currency has one amount."""
+    """The action's totals per currency that add up more than one declared amount (the inbox
+    shows the total the guards hold, and its parts); none when each currency has one amount,
+    and none for a kind that declares no money (the guards hold no figure of it)."""
+    if action.money is None:
+        return []
     out = []
     for total in action_money.totals(action_money.amounts(action)):
         if total.parts and total.money is not None:
