@@ -94,11 +94,11 @@ def connection_failed(exc: BaseException) -> str | None:
     """One line for a command whose database connection failed, else None (not a connection error)."""
     if connection.connection is not None:  # connected: the error is about a query
         return None
-    variable = "DATABASE_URL" if settings.DATABASE_URL else "IMPRI_DATA_DIR"
-    return (
-        f"cannot connect to the database ({where('database')}): {one_line(exc)}. "
-        f"Is it running, and is {variable} right? (`impri waitdb` waits for it)"
-    )
+    if settings.DATABASE_URL:
+        hint = "Is PostgreSQL running, and is DATABASE_URL right? (`impri waitdb` waits for it)"
+    else:
+        hint = "Is IMPRI_DATA_DIR right, and writable by this user?"
+    return f"cannot connect to the database ({where('database')}): {one_line(exc)}. {hint}"
 
 
 def start_warnings() -> list[str]:

@@ -150,7 +150,17 @@ def test_migrate_against_a_postgresql_that_is_not_listening(tmp_path):
     assert line.startswith(
         "impri: cannot connect to the database (PostgreSQL impri@127.0.0.1:9/"
     ), line
-    assert "Connection refused" in line and "DATABASE_URL" in line
+    assert "Connection refused" in line and "DATABASE_URL" in line and "PostgreSQL" in line
+
+
+def test_a_data_dir_sqlite_cannot_open(tmp_path):
+    not_a_folder = tmp_path / "impri-data"
+    not_a_folder.write_text("")
+    done = impri(tmp_path, "migrate", IMPRI_DATA_DIR=str(not_a_folder), SECRET_KEY="k" * 50)
+    assert done.returncode == 1
+    line = one_line(done)
+    assert line.startswith(f"impri: cannot connect to the database (SQLite {not_a_folder}/"), line
+    assert "IMPRI_DATA_DIR" in line
 
 
 def test_serve_waits_for_an_unreachable_database_then_exits(tmp_path):
