@@ -48,4 +48,6 @@ HEALTHCHECK --interval=30s --timeout=3s --start-period=30s \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('IMPRI_PORT', '8000'), timeout=2)"]
 # impri-start waits for the database, then runs `impri serve` (host and port from
 # IMPRI_HOST / IMPRI_PORT). Other roles: impri-start worker | beat | migrate | <any impri command>.
+# Started as root (compose.yaml's `user: root`), it first copies the *_FILE secrets into
+# memory for user impri and then runs as impri: file secrets keep the host's owner and mode.
 CMD ["impri-start", "serve"]
