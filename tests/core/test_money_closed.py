@@ -281,3 +281,44 @@ def test_the_inbox_shows_the_total_and_its_parts(agent, rita_browser):
     assert "$3.50 USD" in total and "$1.00 USD" in total and "$2.50 USD" in total
     outcome = page.split('class="outcome">', 1)[1].split("</p>", 1)[0]
     assert "$3.50 USD" in outcome  # what will happen is the total, not its first part
+
+
+@pytest.mark.parametrize(
+    ("payload", "found"),
+    [
+        ({"amount": 1500, "currency": "usd"}, [("payload.amount", 1500, "USD")]),  # Stripe
+        (
+            {"amount": {"value": 150_000, "currency": "EUR"}},  # Adyen
+            [("payload.amount.value", 150_000, "EUR")],
+        ),
+        (
+            {"amount": {"value": "1500.00", "currency_code": "USD"}},  # PayPal
+            [("payload.amount.value", 150_000, "USD")],
+        ),
+        ({"amount": "10.00", "currency": "USD"}, [("payload.amount", 1000, "USD")]),  # Braintree
+        ({"amount": [150_000], "currency": "USD"}, [("payload.amount.0", 150_000, "USD")]),
+        ({"amount_cents": "1500.00", "currency": "USD"}, [("payload.amount_cents", 1500, "USD")]),
+        (
+            {"amount": {"value": "15.001", "currency": "USD"}},
+            [("payload.amount.value", None, "USD")],
+        ),
+    ],
+    ids=["stripe", "adyen", "paypal", "braintree", "list", "cents key", "too many decimals"],
+)
+def test_the_detector_reads_the_money_objects_of_payment_apis(payload, found):
+    from rules.detector import detect
+
+    assert [(a.path, a.minor, a.currency) for a in detect(payload)] == found
+
+
+def test_a_budget_sends_amounts_in_two_currencies_to_review(agent):
+    install_rules(
+        "rules: [{name: swaps, kind: fx.swap, then: auto_approve, "
+        "budget: {per: day, sum: amount, max: 10000000}}]\n"
+        "kinds:\n  fx.swap:\n    money: [{amount: payload.sell_cents, currency: "
+        "payload.sell_currency}, {amount: payload.buy_cents, currency: payload.buy_currency}]"
+    )
+    payload = {"sell_cents": 100, "sell_currency": "USD", "buy_cents": 90, "buy_currency": "EUR"}
+    action = make_action(agent.agent, kind="fx.swap", payload=payload, editable=[])
+    assert action.status == ActionStatus.PENDING
+    assert "budget of 'swaps'" in json.dumps(action.rule_trace)
