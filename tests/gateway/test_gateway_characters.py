@@ -10,7 +10,7 @@ import copy
 from io import StringIO
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from gateway import characters, pins
 from gateway.models import Upstream
@@ -123,3 +123,22 @@ def test_admin_shows_names_escaped_and_lookalikes_named(gateway, olivia):  # noq
     changed = pins.pin_for("psp", "refund")
     page = olivia.get(f"/admin/gateway/pinnedtool/{changed.pk}/accept/").content.decode()
     assert "\\u{E0053}" in page and TAGS not in page
+
+
+def test_cli_messages_say_things_once(db):
+    """Issue 43: no repeated prefix, and `refresh` does not tell you to run `refresh`."""
+    Upstream.objects.create(name="away", url="http://127.0.0.1:9/mcp", default_policy="allow")
+    with pytest.raises(CommandError) as refreshed:
+        call_command("gateway", "refresh", "away")
+    message = str(refreshed.value)
+    assert message.startswith("upstream 'away' is unreachable: ")
+    assert message.endswith("its tools are not recorded yet; try again once it answers")
+    assert "gateway 'away'" not in message and "impri gateway refresh" not in message
+    with pytest.raises(CommandError) as listed:
+        call_command("gateway", "tools", "away")
+    assert str(listed.value).count("away") == 1, listed.value
+    pins.pin_all("away", [tool("refund")], by="cli:test")
+    err = StringIO()
+    call_command("gateway", "tools", "away", stdout=StringIO(), stderr=err)
+    assert err.getvalue().count("'away'") == 1, err.getvalue()
+    assert "the tools as recorded" in err.getvalue()

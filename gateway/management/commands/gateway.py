@@ -9,7 +9,7 @@ from asgiref.sync import async_to_sync
 from django.core.management.base import BaseCommand, CommandError
 
 from gateway import config, pins, services, upstream
-from gateway.characters import shown_name
+from gateway.characters import looks_like, shown_name
 from gateway.proxy import build_gateway_server
 from plumbing.progress import Progress
 
@@ -136,8 +136,15 @@ class Command(BaseCommand):
         if pinned is not None:
             self.stdout.write(
                 f"gateway {name}: recorded {len(pinned)} tool definition(s): "
-                f"{', '.join(pinned) or 'none'}."
+                f"{', '.join(map(shown_name, pinned)) or 'none'}."
             )
+            for tool in pinned:  # recorded as offered, but said: an operator reads this once
+                like = looks_like(tool, set(pinned))
+                if like and tool > like:
+                    self.stderr.write(
+                        f"gateway {name}: {shown_name(tool)} looks like `{like}`: check both "
+                        f"with `impri gateway tools {name}`, and deny the one you do not want"
+                    )
             return
         states = pins.observe(name, offered)
         held = [s for s in states if s.state in ("changed", "new")]
