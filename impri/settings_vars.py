@@ -110,6 +110,7 @@ VARIABLES: list[Var] = [
     Var("IMPRI_LOG_LEVEL", "INFO", "`INFO`", "root log level", "all"),
     Var("IMPRI_LOG_FORMAT", "plain", "`plain`", "`json`: one JSON object per line on stderr, with `request_id` and, per request, `method`, `path`, `status`, `duration_ms`", "all"),
     Var("IMPRI_REVIEWER_PASSWORD", "", "empty", "the password `impri createreviewer` sets when neither `--password-prompt` nor `--password-file` is given (kept out of the process list)", "createreviewer"),
+    Var("NO_COLOR", "", "empty", "any value turns colour off in `impri agents` and other tables printed to a terminal (no-color.org); colour is never sent into a pipe", "agents"),
 ]
 # fmt: on
 
