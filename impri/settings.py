@@ -345,6 +345,14 @@ IMPRI_KEY_LIVE_S = envint("IMPRI_KEY_LIVE_S", minimum=1)
 IMPRI_MCP_AWAIT_CAP_S = envfloat("IMPRI_MCP_AWAIT_CAP_S", minimum=1)
 IMPRI_MCP_PROGRESS_EVERY_S = envfloat("IMPRI_MCP_PROGRESS_EVERY_S", minimum=0.1)
 
+# A kind that declares no money moves an unknown amount, held over every threshold
+# (strict); detect: the detector reads it, as before issue 39 (a migration period only).
+IMPRI_UNDECLARED_KINDS = env("IMPRI_UNDECLARED_KINDS").strip().lower()
+if IMPRI_UNDECLARED_KINDS not in ("strict", "detect"):
+    raise ImproperlyConfigured(
+        f"IMPRI_UNDECLARED_KINDS must be strict or detect, not {IMPRI_UNDECLARED_KINDS!r}"
+    )
+
 # What a rules backtest replays: past actions as the rules saw them (rules never import approvals).
 IMPRI_BACKTEST_HISTORY = "approvals.backtest_history.past_action_views"
 
