@@ -296,3 +296,31 @@ async def test_lookalike_tools_are_shown_held_and_accepted_only_by_name(
     assert "create_refund\u200b" in listed and "CREATE_REFUND" not in listed
     again = deployment.impri("gateway", "tools", "mirror").stdout
     assert "CREATE_REFUND" in again and "`create_refund\\u{200B}`" in again
+
+
+async def test_an_approved_payload_that_is_not_the_call_never_reaches_the_upstream(
+    deployment, server, keys, upstreams
+):
+    arguments = {"order_id": "M-1", "amount_cents": 700}
+    waiting = await gated_call(server, keys, arguments)
+    action_id = waiting.meta["impri/action"]["action_id"]
+    await decide(server, keys["rita"], action_id, "approve", {})
+    # Changed behind the edit check (a database write, or a row from an older version).
+    code = (
+        "from approvals.models import Action; "
+        f"Action.objects.filter(pk={action_id!r}).update(payload={DECOY!r})"
+    )
+    deployment.impri("shell", "-c", code)
+    refused = await gated_call(server, keys, arguments)
+    assert refused.is_error and "payload_mismatch" in text(refused), text(refused)
+    assert [
+        c
+        for c in calls(upstreams["payments"].log)
+        if c["arguments"]["order_id"] in ("M-1", "10432")
+    ] == []
+    done = action(server, keys, action_id)
+    assert done["status"] == "failed"
+    assert done["result"]["detail"]["reason"] == "payload_mismatch"
+    audit = server.client(keys["rita"]).get("/audit", params={"action_id": action_id}).json()
+    events = [e["event"] for e in audit["items"]]
+    assert "gateway.payload_mismatch" in events and "gateway.upstream_called" not in events
