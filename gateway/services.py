@@ -27,6 +27,8 @@ from rules import services as rule_services
 
 from .models import GatedCall, Policy, ToolPolicy, Upstream, money_entry
 
+# The gateway's idempotency keys: a reserved prefix (approvals.schemas.inputs.RESERVED_KEY_PREFIXES)
+# no agent may write; what a key finds still counts only with its GatedCall (_ours).
 KEY_PREFIX = "mcp-gateway:"
 # An identical repeat attaches only to an action in one of these states (see begin).
 OPEN = (ActionStatus.PENDING, ActionStatus.APPROVED)
