@@ -15,9 +15,8 @@
  * approval with edits is reported `failed` (not run).
  */
 import type { Impri } from "./client.js";
-import { actionFor, type ActionSpec, type ActionSpecFor } from "./gate.js";
+import { actionFor, declineReason, detailOf, toolAction, type ActionSpec, type ActionSpecFor } from "./gate.js";
 import { AI_GATED, type AiGateMark } from "./ai.js";
-import { declineReason } from "./mastra.js";
 import type { Decision, JsonObject } from "./types.js";
 
 /** The parts of a `generateText` / `streamText` result read here (both majors). */
@@ -54,16 +53,6 @@ export interface AiApprovalRun<R> {
   decisions: Decision[];
 }
 
-function defaultAction(toolName: string, input: JsonObject): ActionSpec {
-  return { kind: `tool.${toolName.toLowerCase().replace(/[^a-z0-9_-]+/g, "_")}`, title: `${toolName}(${JSON.stringify(input)})`.slice(0, 200) };
-}
-
-function detailOf(output: unknown): JsonObject | string {
-  if (typeof output === "string") return output;
-  if (output && typeof output === "object" && !Array.isArray(output)) return JSON.parse(JSON.stringify(output)) as JsonObject;
-  return { value: output === undefined ? null : JSON.parse(JSON.stringify(output)) };
-}
-
 /**
  * Answer the approval requests of one step. `ran` holds the calls of tools not wrapped by
  * `impriTool` that were approved, until their result is reported (pass the same map each step).
@@ -94,7 +83,7 @@ export async function answerAiApprovals(
   for (const request of requests) {
     const { toolCallId, toolName, input } = request.toolCall as { toolCallId: string; toolName: string; input: JsonObject };
     const mark = (tools[toolName] as { [AI_GATED]?: AiGateMark } | undefined)?.[AI_GATED];
-    const spec: ActionSpecFor<JsonObject> = mark?.action ?? ((args: JsonObject) => (options.action ?? defaultAction)(toolName, args));
+    const spec: ActionSpecFor<JsonObject> = mark?.action ?? ((args: JsonObject) => (options.action ?? toolAction)(toolName, args));
     const kind = (typeof spec === "function" ? spec(input) : spec).kind;
     const key = mark ? mark.key(input, { toolCallId }) : `${kind}:${toolCallId}`;
     const action = await impri.push(actionFor(spec, input), { idempotencyKey: key });

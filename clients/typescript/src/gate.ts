@@ -58,6 +58,18 @@ export function impriApproval(options: unknown): Approval | undefined {
   return options && typeof options === "object" ? (options as { [APPROVED]?: Approval })[APPROVED] : undefined;
 }
 
+/** What the model is told when a call is declined: the reviewer's words, or what happened. */
+export function declineReason(decision: Decision): string {
+  if (decision.status === "approved") return "approved with changes this tool cannot apply: not run";
+  const said = decision.note ? `: ${decision.note}` : "";
+  return `not approved by a reviewer (${decision.status}${decision.reason ? `, ${decision.reason}` : ""})${said}`;
+}
+
+/** The action of a tool call no adapter was told about: kind `tool.<name>`, the call as title. */
+export function toolAction(toolName: string, args: JsonObject): ActionSpec {
+  return { kind: `tool.${toolName.toLowerCase().replace(/[^a-z0-9_-]+/g, "_")}`, title: `${toolName}(${JSON.stringify(args)})`.slice(0, 200) };
+}
+
 export function actionFor<I extends JsonObject>(spec: ActionSpecFor<I>, input: I): ActionIn {
   const resolved = typeof spec === "function" ? spec(input) : spec;
   const { preview, ...rest } = resolved;
@@ -99,7 +111,8 @@ export async function gate<I extends JsonObject, O>(
   return value;
 }
 
-function detailOf(value: unknown): JsonObject | string | null {
+/** What a tool returned, as a result's `detail`: text or an object as is, anything else as `{value}`. */
+export function detailOf(value: unknown): JsonObject | string | null {
   if (value === undefined || value === null) return null;
   if (typeof value === "string") return value;
   if (typeof value === "object" && !Array.isArray(value)) return JSON.parse(JSON.stringify(value)) as JsonObject;

@@ -25,7 +25,7 @@
 import { canonicalJson } from "./canonical.js";
 import type { Impri } from "./client.js";
 import { ActionNotApproved } from "./errors.js";
-import { actionFor, gate, withApproval, type ActionSpec, type ActionSpecFor } from "./gate.js";
+import { actionFor, declineReason, detailOf, toolAction, gate, withApproval, type ActionSpec, type ActionSpecFor } from "./gate.js";
 import { notApprovedResult } from "./ai.js";
 import type { Decision, JsonObject } from "./types.js";
 
@@ -163,23 +163,6 @@ export interface ApprovalRun<S> {
   decisions: Decision[];
 }
 
-function defaultAction(toolName: string, args: JsonObject): ActionSpec {
-  return { kind: `tool.${toolName.toLowerCase().replace(/[^a-z0-9_-]+/g, "_")}`, title: `${toolName}(${JSON.stringify(args)})`.slice(0, 200) };
-}
-
-/** What the model is told when a call is declined: the reviewer's words, or what happened. */
-export function declineReason(decision: Decision): string {
-  if (decision.status === "approved") return "approved with changes this tool cannot apply: not run";
-  const said = decision.note ? `: ${decision.note}` : "";
-  return `not approved by a reviewer (${decision.status}${decision.reason ? `, ${decision.reason}` : ""})${said}`;
-}
-
-function detailOf(result: unknown): JsonObject | string {
-  if (typeof result === "string") return result;
-  if (result && typeof result === "object" && !Array.isArray(result)) return JSON.parse(JSON.stringify(result)) as JsonObject;
-  return { value: result === undefined ? null : JSON.parse(JSON.stringify(result)) };
-}
-
 /** The `requireToolApproval` hook: answer every tool-call approval of a Mastra run with Impri's decision. */
 export async function answerToolApprovals<S extends MastraStream>(
   impri: Impri,
@@ -214,7 +197,7 @@ export async function answerToolApprovals<S extends MastraStream>(
     if (!pending) return { stream: current, text, decisions };
     const call = pending;
     const mark = (tools[call.toolName] as { [GATED]?: GateMark } | undefined)?.[GATED];
-    const spec: ActionSpecFor<JsonObject> = mark?.action ?? ((args: JsonObject) => (options.action ?? defaultAction)(call.toolName, args));
+    const spec: ActionSpecFor<JsonObject> = mark?.action ?? ((args: JsonObject) => (options.action ?? toolAction)(call.toolName, args));
     // 0.24 gives a tool its own runId, not the agent run's: only 1.x's is part of the key.
     const described: MastraCall = { toolId: mark?.toolId ?? call.toolName, toolCallId: call.toolCallId, runId: v1 ? call.runId : undefined, args: call.args };
     const key = await mastraKey(kindOf(spec, call.args), described);
