@@ -257,22 +257,22 @@ def payload_problem(
     the same type within its bounds (``approvals.apply_edits``,
     the check a reviewer's edit passed).
     """
-    action = Action.objects.select_related("gated_call").filter(pk=action_id).first()
+    made = Action.objects.select_related("gated_call").filter(pk=action_id).first()
     digest = call_digest(gateway, tool, arguments)
-    if action is None or not _ours(action, agent, gateway, tool, digest):
+    if made is None or not _ours(made, agent, gateway, tool, digest):
         return "the action is not the one the gateway made for this call"
     edits: dict = {}
-    if not _leaf_edits(action.original_payload, action.payload, "payload", edits):
+    if not _leaf_edits(made.original_payload, made.payload, "payload", edits):
         return "the approved payload differs from the call's arguments beyond single values"
-    pushed = copy.copy(action)  # the edits applied to what the agent's call carried
-    pushed.payload = copy.deepcopy(action.original_payload)
+    pushed = copy.copy(made)  # the edits applied to what the agent's call carried
+    pushed.payload = copy.deepcopy(made.original_payload)
     try:
         edited = approvals.apply_edits(pushed, edits)
     except ImpriError as exc:
         return str(exc)
-    if canonical_json(edited) != canonical_json(action.payload) or canonical_json(
+    if canonical_json(edited) != canonical_json(made.payload) or canonical_json(
         sending
-    ) != canonical_json(action.payload):
+    ) != canonical_json(made.payload):
         return "the approved payload is not the call's arguments with the reviewer's edits"
     return ""
 
