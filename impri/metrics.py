@@ -43,6 +43,7 @@ DECISION_BUCKETS = (10, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 8 * 3600, 86400,
 MAX_LABEL_VALUES = 100
 OTHER = "(other)"
 
+
 class ProcessCollector:
     """This process's open waits and fail-soft fallbacks."""
 

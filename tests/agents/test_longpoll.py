@@ -161,9 +161,13 @@ async def test_a_key_handed_on_to_django_is_counted_once(rita, settings, fallbac
 
 async def test_an_action_id_no_layer_takes_leaves_the_layer_up(agent):
     await sync_to_async(make_action)(agent.agent)
-    status, _, body = await get("/api/v1/actions/" + "é" * 3 + "/decision", "timeout_s=0", agent.key)
+    status, _, body = await get(
+        "/api/v1/actions/" + "é" * 3 + "/decision", "timeout_s=0", agent.key
+    )
     assert status == 404
-    status, _, body = await get("/api/v1/actions/" + "a" * 120 + "/decision", "timeout_s=0", agent.key)
+    status, _, body = await get(
+        "/api/v1/actions/" + "a" * 120 + "/decision", "timeout_s=0", agent.key
+    )
     assert status == 404
     assert waiting.hub().layer_ok  # not taken for a channel layer failure
 

@@ -75,7 +75,9 @@ class TestEscalation:
             ).count()
             == 1
         )
-        assert lead.client().post(f"/actions/{action.pk}/approve").status_code == 404  # not theirs now
+        assert (
+            lead.client().post(f"/actions/{action.pk}/approve").status_code == 404
+        )  # not theirs now
         assert cfo.client().post(f"/actions/{action.pk}/approve").status_code == 200
 
     def test_a_decided_action_is_not_escalated(self, agent, t0):

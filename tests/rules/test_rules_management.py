@@ -117,7 +117,9 @@ def test_backtest_matches_a_hand_computed_history(agent, other_agent, seed_file)
     pushed = []
     for i, (who, amount, flags) in enumerate(history):
         with time_machine.travel(now + timedelta(seconds=i), tick=False):
-            pushed.append(make_action(who.agent, payload={**refund(amount)["payload"]}, flags=flags))
+            pushed.append(
+                make_action(who.agent, payload={**refund(amount)["payload"]}, flags=flags)
+            )
     with time_machine.travel(now + timedelta(minutes=5), tick=False):
         output = run("rules", "backtest", str(seed_file), "--since", "1d")
     assert "Replayed 15 action(s)" in output
@@ -129,7 +131,13 @@ def test_backtest_matches_a_hand_computed_history(agent, other_agent, seed_file)
     assert f"over a budget: {pushed[-1].pk}" in output
     with time_machine.travel(now + timedelta(minutes=5), tick=False):
         by_path = run(
-            "rules", "backtest", str(seed_file), "--since", "1d", "--amount-path", "payload.amount_cents"
+            "rules",
+            "backtest",
+            str(seed_file),
+            "--since",
+            "1d",
+            "--amount-path",
+            "payload.amount_cents",
         )
     assert "total auto-approved (payload.amount_cents): 52000" in by_path
 
