@@ -23,6 +23,7 @@ and the process exits 0.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import signal
@@ -64,10 +65,8 @@ def _exit_now_if_stopped() -> None:
         return
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):
             stream.flush()
-        except (OSError, ValueError):
-            pass
     os._exit(0)
 
 
