@@ -30,20 +30,22 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from decimal import Decimal
 from json.encoder import encode_basestring as _string  # json.dumps' own, non-ASCII kept
+from typing import Any, cast
 
 CURRENT_SCHEME = 2
 
 
-def canonical_json(value) -> bytes:
+def canonical_json(value: Any) -> bytes:
     """Scheme 2: RFC 8785 with exact integers below 10^21 (see above), UTF-8."""
     parts: list[str] = []
     _encode(value, parts)
     return "".join(parts).encode("utf-8")
 
 
-def canonical_json_v1(value) -> bytes:
+def canonical_json_v1(value: Any) -> bytes:
     """Scheme 1, for events written before scheme 2: number spelling as Python writes it."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
         "utf-8"
@@ -77,7 +79,7 @@ def _double_text(x: float) -> str:
     exact = Decimal(repr(abs(x))).normalize().as_tuple()
     digits = "".join(map(str, exact.digits))
     k = len(digits)
-    n = exact.exponent + k  # x = 0.digits × 10^n
+    n = cast(int, exact.exponent) + k  # x = 0.digits × 10^n (finite: never a letter)
     if k <= n <= 21:
         text = digits + "0" * (n - k)
     elif 0 < n <= 21:
@@ -96,7 +98,7 @@ def _utf16(key: str) -> bytes:
     return key.encode("utf-16-be", "surrogatepass")
 
 
-def _encode(value, out: list[str]) -> None:
+def _encode(value: Any, out: list[str]) -> None:
     kind = type(value)
     if kind is str:
         out.append(_string(value))
@@ -148,7 +150,7 @@ def _encode(value, out: list[str]) -> None:
 MAX_RESPELLINGS = 10  # 2^10 encodings at most per event
 
 
-def _respellable(value) -> bool:
+def _respellable(value: Any) -> bool:
     if isinstance(value, bool):
         return False
     if isinstance(value, float):
@@ -159,17 +161,17 @@ def _respellable(value) -> bool:
     return False
 
 
-def _respell(value):
+def _respell(value: int | float) -> float:
     if isinstance(value, float):
         return -0.0 if math.copysign(1, value) > 0 else 0.0
     return float(value)
 
 
-def v1_respellings(value):
+def v1_respellings(value: Any) -> Iterator[bytes]:
     """Every scheme-1 encoding of ``value`` with its jsonb-rewritten numbers spelled back."""
-    slots: list[tuple[object, object]] = []
+    slots: list[tuple[Any, Any]] = []
 
-    def walk(node, parent, key):
+    def walk(node: Any, parent: Any, key: Any) -> None:
         if isinstance(node, dict):
             for k, item in node.items():
                 walk(item, node, k)

@@ -14,7 +14,7 @@ from .money import decimal_of
 DEFAULT_MONEY_BOUNDS = {"min": 1, "max": "original"}
 
 
-def money_default(original: Any, sign: str = "positive") -> dict:
+def money_default(original: Any, sign: str = "positive") -> dict[str, Any]:
     """The bounds a money field starts with: toward zero from what the agent asked, never past it.
 
     ``0 < value <= original`` for a positive amount; for a kind that declares
@@ -29,13 +29,13 @@ def money_default(original: Any, sign: str = "positive") -> dict:
 
 def effective_bounds(
     editable: list[str],
-    original: dict,
-    rule_bounds: dict,
-    push_bounds: dict,
+    original: dict[str, Any],
+    rule_bounds: dict[str, Any],
+    push_bounds: dict[str, Any],
     money_paths: dict[str, str] | None = None,
     *,
     closed: bool = False,
-) -> dict:
+) -> dict[str, Any]:
     """The ``{min, max}`` a reviewer's edit must keep to, per editable path.
 
     1. A money field (``money_paths``: path → sign, the action's amounts as
@@ -65,7 +65,7 @@ def effective_bounds(
     return out
 
 
-def _closed(original: Any) -> dict:
+def _closed(original: Any) -> dict[str, Any]:
     """The bounds a field of an undeclared kind keeps to: never further from zero."""
     if is_number(original):
         return {"min": 0, "max": "original"} if original >= 0 else {"min": "original", "max": 0}
@@ -85,7 +85,7 @@ def _tighter(key: str, current: Any, proposed: Any, original: Any) -> Any:
     return proposed if b < a else current
 
 
-def bound_problem(bounds: dict, original: Any, value: Any) -> str | None:
+def bound_problem(bounds: dict[str, Any], original: Any, value: Any) -> str | None:
     """Why ``value`` breaks ``bounds`` (``min``/``max``, a number or ``original``), or None."""
     if not bounds:
         return None

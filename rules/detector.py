@@ -90,7 +90,7 @@ def is_currency_key(key: str) -> bool:
     return normalize_key(key) in CURRENCY_KEYS
 
 
-def detect(payload: dict) -> Iterator[Amount]:
+def detect(payload: dict[str, Any]) -> Iterator[Amount]:
     """The money in an undeclared payload, by the meaning of its keys (see the module's docstring)."""
     yield from _detect(payload, "payload", "", False)
 
@@ -118,7 +118,7 @@ def _detect(node: Any, path: str, currency: str, under_money: bool) -> Iterator[
                 yield _detected(f"{path}.{index}", value, currency, False)
 
 
-def _sibling_currency(node: dict) -> str:
+def _sibling_currency(node: dict[str, Any]) -> str:
     for key, value in node.items():
         if is_currency_key(str(key)):
             return iso_currency(value)

@@ -21,7 +21,7 @@ import fnmatch
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard, TypeVar
 
 from .paths import index_of, path_problem
 
@@ -76,7 +76,7 @@ class Leaf:
 @dataclass(frozen=True)
 class Group:
     op: str  # all | any | not
-    items: tuple
+    items: tuple[Leaf | Group, ...]
 
 
 @dataclass(frozen=True)
@@ -88,8 +88,8 @@ class Budget:
         None  # optional payload path: one budget per value (e.g. payload.customer_id)
     )
 
-    def as_dict(self) -> dict:
-        out = {"per": self.per, "sum": self.sum, "max": self.max}
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"per": self.per, "sum": self.sum, "max": self.max}
         if self.scope:
             out["scope"] = self.scope
         return out
@@ -106,12 +106,12 @@ class Rule:
     group: str | None = None
     approvals_required: int = 1
     expires_in_s: int | None = None
-    edit_bounds: dict = field(default_factory=dict)
+    edit_bounds: dict[str, Any] = field(default_factory=dict)
     budget: Budget | None = None
     escalate_after_s: int | None = None
     escalate_to: str | None = None
     enabled: bool = True
-    source: dict = field(default_factory=dict, compare=False)
+    source: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -122,11 +122,11 @@ class Verdict:
     group: str | None = None
     approvals_required: int = 1
     expires_in_s: int | None = None
-    edit_bounds: dict = field(default_factory=dict)
+    edit_bounds: dict[str, Any] = field(default_factory=dict)
     budget: Budget | None = None
     escalate_after_s: int | None = None
     escalate_to: str | None = None
-    trace: list = field(default_factory=list)
+    trace: list[dict[str, Any]] = field(default_factory=list)
 
 
 # --- Parsing (at save / import time) ----------------------------------------------------
@@ -285,23 +285,28 @@ def parse_condition(rule: str, raw: Any, where: str) -> Leaf | Group:
     return Leaf(path, op, value)
 
 
-def _text(rule: str, item: dict, key: str, default: str) -> str:
+def _text(rule: str, item: dict[str, Any], key: str, default: str) -> str:
     value = item.get(key, default)
     if not isinstance(value, str):
         raise RuleError(rule, key, "must be text")
     return value
 
 
-def _int(rule: str, item: dict, key: str, default, *, minimum: int, maximum: int):
+_Default = TypeVar("_Default", bound=int | None)
+
+
+def _int(
+    rule: str, item: dict[str, Any], key: str, default: _Default, *, minimum: int, maximum: int
+) -> int | _Default:
     value = item.get(key, default)
     if value is default:
-        return value
+        return default
     if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= maximum:
         raise RuleError(rule, key, f"must be a whole number from {minimum} to {maximum}")
     return value
 
 
-def _edit_bounds(rule: str, raw: Any) -> dict:
+def _edit_bounds(rule: str, raw: Any) -> dict[str, Any]:
     if raw is None:
         return {}
     if not isinstance(raw, dict):
@@ -354,14 +359,14 @@ def _budget(rule: str, raw: Any) -> Budget | None:
     return Budget(per=per, sum=total, max=cap, scope=scope)
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 # --- Evaluation ------------------------------------------------------------------------------
 
 
-def evaluate(rules: list[Rule], action: dict) -> Verdict:
+def evaluate(rules: list[Rule], action: dict[str, Any]) -> Verdict:
     """Return the verdict of the first enabled rule that matches ``action``, with a trace.
 
     ``action`` is ``{"kind", "agent", "payload", "flags", "context"}``.
@@ -392,7 +397,7 @@ def evaluate(rules: list[Rule], action: dict) -> Verdict:
     return Verdict(outcome="review", rule=None, trace=trace)
 
 
-def _matches(rule: Rule, action: dict) -> tuple[bool, str]:
+def _matches(rule: Rule, action: dict[str, Any]) -> tuple[bool, str]:
     kind = action.get("kind")
     if not isinstance(kind, str) or not fnmatch.fnmatchcase(kind, rule.kind):
         return False, f"kind {kind!r} does not match {rule.kind!r}"
@@ -407,7 +412,7 @@ def _matches(rule: Rule, action: dict) -> tuple[bool, str]:
     return matched, why
 
 
-def check(condition: Leaf | Group, action: dict) -> tuple[bool, str]:
+def check(condition: Leaf | Group, action: dict[str, Any]) -> tuple[bool, str]:
     """Evaluate one condition; returns (matched, a short human explanation)."""
     if isinstance(condition, Leaf):
         actual = lookup(action, condition.path)
@@ -425,7 +430,7 @@ def check(condition: Leaf | Group, action: dict) -> tuple[bool, str]:
     return matched, f"{condition.op}[" + "; ".join(why for _, why in results) + "]"
 
 
-def lookup(document: dict, path: str) -> Any:
+def lookup(document: dict[str, Any], path: str) -> Any:
     node: Any = document
     for part in path.split("."):
         if isinstance(node, dict) and part in node:
@@ -452,7 +457,7 @@ def strict_equal(a: Any, b: Any) -> bool:
 
 def _apply(op: str, actual: Any, expected: Any) -> bool:
     if op == "exists":
-        return (actual is not MISSING) == expected
+        return bool((actual is not MISSING) == expected)
     if actual is MISSING:
         return False
     if op == "eq":
@@ -481,9 +486,9 @@ def _compare(op: str, actual: Any, expected: Any) -> bool:
     if not comparable:
         return False
     if op == "lt":
-        return actual < expected
+        return bool(actual < expected)
     if op == "lte":
-        return actual <= expected
+        return bool(actual <= expected)
     if op == "gt":
-        return actual > expected
-    return actual >= expected
+        return bool(actual > expected)
+    return bool(actual >= expected)

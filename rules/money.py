@@ -27,7 +27,7 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, TypeGuard
 
 from .currencies import ISO_4217, MINOR_UNITS
 from .engine import MISSING, lookup
@@ -64,14 +64,15 @@ class Money:
         """``$84.00 USD``, ``-$5.00 USD``, ``¥1,200 JPY``, ``84.00`` (no currency known): one way everywhere."""
         major = self.major
         # A fraction of a minor unit is shown in full, never rounded into a plausible figure.
-        places = max(self.exponent, -major.as_tuple().exponent) if major == major else 0
+        exponent = major.as_tuple().exponent  # a letter for NaN and infinity
+        places = max(self.exponent, -exponent) if isinstance(exponent, int) else 0
         number = f"{abs(major):,.{places}f}"
         sign = "-" if major < 0 else ""
         symbol = SYMBOLS.get(self.currency, "")
         return f"{sign}{symbol}{number} {self.currency}".strip()
 
 
-def iso_currency(value) -> str:
+def iso_currency(value: Any) -> str:
     """``value`` as an ISO 4217 code ("usd" → "USD"), or "" when it is not one."""
     if isinstance(value, str) and len(value) == 3 and value.isascii() and value.isalpha():
         code = value.upper()
@@ -79,7 +80,7 @@ def iso_currency(value) -> str:
     return ""
 
 
-def minor_units(value) -> int | Decimal | None:
+def minor_units(value: Any) -> int | Decimal | None:
     """An amount in minor units as the payload holds it, read as a number if it is one.
 
     For display: an integer is the convention; digits as text and a float are
@@ -108,7 +109,7 @@ class MoneySpec:
     minor_units: bool = True
     sign: str = "positive"  # positive | any
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"amount": self.amount, "currency": self.currency}
         if not self.minor_units:
             out["minor_units"] = False
@@ -117,7 +118,7 @@ class MoneySpec:
         return out
 
     @classmethod
-    def from_dict(cls, raw: dict) -> MoneySpec:
+    def from_dict(cls, raw: dict[str, Any]) -> MoneySpec:
         return cls(
             amount=raw["amount"],
             currency=raw["currency"],
@@ -154,7 +155,7 @@ def money_spec_problem(raw: Any, root: str = "payload") -> tuple[str, str] | Non
     return None
 
 
-def _is_path(value: Any, root: str, *, wildcard: bool = True) -> bool:
+def _is_path(value: Any, root: str, *, wildcard: bool = True) -> TypeGuard[str]:
     return (
         isinstance(value, str)
         and value.startswith(root + ".")
@@ -216,7 +217,7 @@ def unknown_amount(kind: str) -> Amount:
     )
 
 
-def amounts(document: dict, specs: list[MoneySpec] | None) -> list[Amount]:
+def amounts(document: dict[str, Any], specs: list[MoneySpec] | None) -> list[Amount]:
     """Every amount of ``document`` (``{"payload": …}``): the declared ones, else the detected ones."""
     if specs is None:
         from .detector import detect  # the detector reads Amount from here
@@ -226,7 +227,7 @@ def amounts(document: dict, specs: list[MoneySpec] | None) -> list[Amount]:
     return [amount for spec in specs for amount in _declared(document, spec)]
 
 
-def expand(document: dict, spec: MoneySpec) -> list[tuple[str, str]]:
+def expand(document: dict[str, Any], spec: MoneySpec) -> list[tuple[str, str]]:
     """The declaration's ``(amount path, currency path or code)`` pairs in ``document``.
 
     A ``*`` stands for each element of a list (``payload.lines.*.amount_cents``); a currency
@@ -256,7 +257,7 @@ def _with_indices(path: str, chosen: list[int]) -> str:
     return ".".join(parts)
 
 
-def _declared(document: dict, spec: MoneySpec) -> list[Amount]:
+def _declared(document: dict[str, Any], spec: MoneySpec) -> list[Amount]:
     out = []
     for path, currency_at in expand(document, spec):
         value = lookup(document, path) if WILDCARD not in path.split(".") else MISSING
@@ -272,7 +273,7 @@ def _declared(document: dict, spec: MoneySpec) -> list[Amount]:
     return out
 
 
-def _currency_at(document: dict, currency: str) -> str:
+def _currency_at(document: dict[str, Any], currency: str) -> str:
     if currency in ISO_4217:
         return currency
     return iso_currency(lookup(document, currency))
@@ -387,7 +388,7 @@ def above(found: list[Amount], limit: int) -> Amount | None:
 # --- Validation (declared kinds: push, gateway calls, reviewer edits) ---------------------------
 
 
-def money_problems(document: dict, specs: list[MoneySpec]) -> list[tuple[str, str]]:
+def money_problems(document: dict[str, Any], specs: list[MoneySpec]) -> list[tuple[str, str]]:
     """Where ``document`` breaks its declared money: ``[(path, problem)]``, empty when it keeps it."""
     out = []
     for spec in specs:
@@ -400,7 +401,7 @@ def money_problems(document: dict, specs: list[MoneySpec]) -> list[tuple[str, st
     return out
 
 
-def currency_paths(document: dict, specs: list[MoneySpec]) -> set[str]:
+def currency_paths(document: dict[str, Any], specs: list[MoneySpec]) -> set[str]:
     """The payload paths a declaration reads currencies from (what an edit may never change)."""
     return {
         currency
