@@ -30,7 +30,7 @@ _apps: dict = {}  # name -> approvals.mcp.http.MCPHttpApp
 
 async def gateway_app(scope, receive, send):
     name = scope["path"][len(GATEWAY_PREFIX) :].rstrip("/")
-    if not NAME_RE.match(name) or not await db_threads.run(services.exists, name):
+    if not NAME_RE.fullmatch(name) or not await db_threads.run(services.exists, name):
         if await _has_agent_key(scope):
             return await _not_found(send, name)
         path = GATEWAY_PREFIX + MISSING

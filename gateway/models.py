@@ -77,7 +77,7 @@ class Upstream(models.Model):
         return self.name
 
     def clean(self) -> None:
-        if not NAME_RE.match(self.name or ""):
+        if not NAME_RE.fullmatch(self.name or ""):
             raise ValidationError({"name": "lowercase letters, digits, - and _ (at most 50)"})
         if bool(self.url) == bool(self.command):
             raise ValidationError({"url": "give either url or command, not both"})

@@ -124,7 +124,7 @@ def _request_id(scope) -> str:
     for name, value in scope.get("headers", []):
         if name == b"x-request-id":
             candidate = value.decode("latin-1")
-            if _CLIENT_ID.match(candidate):
+            if _CLIENT_ID.fullmatch(candidate):
                 return candidate
     return secrets.token_hex(8)
 

@@ -247,14 +247,14 @@ def undeclared_kinds(
     return [(kind, count, last) for kind, (count, last) in sorted(seen.items())]
 
 
-SINCE_RE = re.compile(r"^(\d+)([dhm])$")
+SINCE_RE = re.compile(r"([0-9]+)([dhm])")
 
 
 def parse_since(value: str) -> datetime | None:
     """``30d``, ``12h``, ``90m`` → that long ago; ``all`` → None (no limit)."""
     if value == "all":
         return None
-    match = SINCE_RE.match(value.strip())
+    match = SINCE_RE.fullmatch(value.strip())
     if not match:
         raise ValueError("must look like 30d, 12h or 90m (or all)")
     number, unit = int(match.group(1)), match.group(2)

@@ -161,7 +161,7 @@ def _encode_cursor(action: Action) -> str:
 
 def _decode_cursor(cursor: str) -> tuple[datetime, str]:
     """Any cursor of the documented shape is a position (before 2286), so none is refused."""
-    match = CURSOR_RE.match(cursor)
+    match = CURSOR_RE.fullmatch(cursor)
     if not match:
         raise InvalidInput("cursor", "is not a cursor returned by this endpoint")
     return EPOCH + int(match.group(1)) * MICROSECOND, match.group(2)

@@ -162,7 +162,7 @@ class ActionIn(StrictModel):
     @field_validator("kind")
     @classmethod
     def _kind(cls, value: str) -> str:
-        if not KIND_RE.match(value):
+        if not KIND_RE.fullmatch(value):
             raise ValueError("kind must be dotted lowercase words, e.g. payment.refund")
         return value
 
@@ -198,7 +198,7 @@ class ActionIn(StrictModel):
     @classmethod
     def _flags(cls, value: list[str]) -> list[str]:
         for flag in value:
-            if not FLAG_RE.match(flag) or len(flag) > 60:
+            if not FLAG_RE.fullmatch(flag) or len(flag) > 60:
                 raise ValueError(
                     f"flag {flag!r} must be short lowercase text like policy_exception"
                 )

@@ -18,6 +18,7 @@ from pydantic import (
 
 from rules.paths import index_of
 
+# Used with fullmatch (never .match: "$" also matches before a final newline).
 KIND_RE = re.compile(r"^[a-z0-9_-]+(\.[a-z0-9_-]+)*$")
 FLAG_RE = re.compile(r"^[a-z0-9_.:-]+$")
 
@@ -25,13 +26,15 @@ PreviewFormatLiteral = Literal["plain", "markdown", "diff", "json"]
 RejectReasonLiteral = Literal[
     "wrong_amount", "policy", "duplicate", "needs_info", "suspicious", "other"
 ]
-RFC3339_RE = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
+RFC3339_RE = re.compile(
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
+)
 
 
 def _rfc3339_text(value: Any) -> Any:
     if isinstance(value, datetime) and value.tzinfo is not None:
         return value
-    if not isinstance(value, str) or not RFC3339_RE.match(value):
+    if not isinstance(value, str) or not RFC3339_RE.fullmatch(value):
         raise ValueError("must be a date-time with a time zone, e.g. 2026-01-31T12:00:00Z")
     return value
 

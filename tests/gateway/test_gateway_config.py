@@ -103,7 +103,7 @@ def test_kind_keeps_the_tool_name_lowercased():
     assert services.kind_for("Pay-Ments", "Create Refund!") == "mcp.pay-ments.create_refund_"
     assert services.kind_for("fs", "files.read") == "mcp.fs.files.read"
     for odd in (".x", "x.", "a..b", "", "ünïcode", "x" * 200):
-        assert KIND_RE.match(services.kind_for("gw", odd)), odd
+        assert KIND_RE.fullmatch(services.kind_for("gw", odd)), odd
 
 
 def test_title_template_fills_arguments_and_keeps_missing_fields():
