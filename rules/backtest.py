@@ -20,7 +20,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from . import engine
-from .kinds import KindSpec, declaration, hold_undeclared, payload_problems
+from .kinds import KindSpec, declaration, hold_at_step_up, hold_undeclared, payload_problems
 from .money import Money, MoneySpec, amounts
 from .services import budget_amount, budget_scope, window_start
 
@@ -136,11 +136,12 @@ def backtest(
 
 
 def _evaluate(rules: list[engine.Rule], view: dict) -> engine.Verdict:
-    """The verdict a push would get: an undeclared kind's auto-approval goes to review (strict)."""
+    """The verdict a push would get: an undeclared kind's auto-approval goes to review (strict),
+    and so does one of money at or above the step-up threshold."""
     verdict = engine.evaluate(rules, view)
     if view.get("money") is None and settings.IMPRI_UNDECLARED_KINDS != "detect":
         return hold_undeclared(verdict, str(view.get("kind")))
-    return verdict
+    return hold_at_step_up(verdict, view, settings.IMPRI_STEP_UP_CENTS)
 
 
 def _declared(view: dict, kinds: dict[str, KindSpec] | None) -> dict:

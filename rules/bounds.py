@@ -47,7 +47,7 @@ def effective_bounds(
        tighter of the two limits wins.
     4. ``closed``: the kind declares no money (the closed world), so any number may be
        money: whatever the rule says, no number may move away from zero (``0 <= value
-       <= original``, or ``original <= value <= 0``), and numeric text may not change.
+       <= original``, or ``original <= value <= 0``), and text holding any digit may not change.
     """
     money_paths = money_paths or {}
     out = {}
@@ -69,9 +69,17 @@ def _closed(original: Any) -> dict[str, Any]:
     """The bounds a field of an undeclared kind keeps to: never further from zero."""
     if is_number(original):
         return {"min": 0, "max": "original"} if original >= 0 else {"min": "original", "max": 0}
-    if isinstance(original, str) and decimal_of(original, text=True) is not None:
+    if isinstance(original, str) and _may_be_amount(original):
         return {"max": "original"}  # text is no number: bound_problem refuses every change
     return {}
+
+
+def _may_be_amount(text: str) -> bool:
+    """Text that could hold a figure in any script or format ("$15.00", "EUR 15", "١٥٠٠",
+    "1 500,00"): any digit at all. Text the detector can't read is frozen all the same."""
+    return decimal_of(text, text=True) is not None or any(
+        ch.isdigit() or ch.isnumeric() for ch in text
+    )
 
 
 def _tighter(key: str, current: Any, proposed: Any, original: Any) -> Any:

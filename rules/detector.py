@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .currencies import MINOR_UNITS
-from .money import Amount, decimal_of, iso_currency, shown
+from .money import MAX_EXACT_INTEGER, Amount, decimal_of, iso_currency, shown
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _NOT_WORD = re.compile(r"[^a-z0-9]+")
@@ -149,6 +149,6 @@ def _read(value: Any, currency: str, minor_key: bool) -> int | None:
     )
     if decimals:
         number = number.scaleb(MINOR_UNITS.get(currency, 2))
-    if number != number.to_integral_value():
-        return None
+    if number != number.to_integral_value() or abs(number) > MAX_EXACT_INTEGER:
+        return None  # a fraction of a minor unit, or past 2^53 − 1: unreadable (over every limit)
     return int(number) if number.is_finite() else None

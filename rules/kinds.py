@@ -19,14 +19,16 @@ rules file may redeclare them. See docs/rules.md.
 
 from __future__ import annotations
 
+import fnmatch
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
 import jsonschema
 
-from .engine import RuleError, Verdict
-from .money import MoneySpec, money_problems, money_spec_problem
+from .engine import Group, Leaf, Rule, RuleError, Verdict
+from .money import MoneySpec, amounts, at_or_above, money_problems, money_spec_problem
 
 KIND_KEYS = {"schema", "money"}
 # An accepted kind as a push spells it (approvals.schemas.validation.KIND_RE): a
@@ -174,4 +176,100 @@ def hold_undeclared(verdict: Verdict, kind: str) -> Verdict:
         outcome="review",
         budget=None,
         trace=[*verdict.trace, {"rule": verdict.rule, "matched": True, "why": why}],
+    )
+
+
+def hold_at_step_up(verdict: Verdict, view: dict[str, Any], limit: int | None) -> Verdict:
+    """An auto-approval of money at or above ``limit`` (``IMPRI_STEP_UP_CENTS``) goes to review.
+
+    What no reviewer could approve without a second factor, no rule approves unseen: the
+    action's total per currency, as a magnitude (−1,000,000 of a ``sign: any`` kind is
+    1,000,000), or an amount that can't be read. ``view`` is the engine's view of the
+    action, with ``money`` its declaration (None: what the detector finds).
+    """
+    if verdict.outcome != "auto_approve" or limit is None:
+        return verdict
+    declared = view.get("money")
+    specs = [MoneySpec.from_dict(m) for m in declared] if declared is not None else None
+    top = at_or_above(amounts({"payload": view.get("payload")}, specs), limit)
+    if top is None:
+        return verdict
+    moved = (
+        f"{abs(top.minor)} minor units {top.currency}".rstrip()
+        if top.minor is not None
+        else "an amount that can't be read"
+    )
+    why = (
+        f"{top.path}: {moved} reach the step-up threshold (IMPRI_STEP_UP_CENTS={limit}), "
+        "which no rule approves unseen: review"
+    )
+    return replace(
+        verdict,
+        outcome="review",
+        budget=None,
+        trace=[*verdict.trace, {"rule": verdict.rule, "matched": True, "why": why}],
+    )
+
+
+def check_signed_bounds(rules: list[Rule], kinds: dict[str, KindSpec]) -> None:
+    """Refuse a rule that caps an amount a kind declares ``sign: any`` from above only.
+
+    ``{path: payload.amount_cents, lte: 5000}`` is true of −1,000,000: on an amount that may
+    be negative, ``lt``/``lte`` (or ``not`` of ``gt``/``gte``) says nothing about its size.
+    The rule engine has no ``abs``; the RuleError says what to write instead.
+    """
+    for rule in rules:
+        if rule.when is None:
+            continue
+        signed = {
+            spec.amount: name
+            for name, kind in all_declared(kinds).items()
+            if kind.money and fnmatch.fnmatchcase(name, rule.kind)
+            for spec in kind.money
+            if spec.sign == "any"
+        }
+        if not signed:
+            continue
+        for where, leaf in _upper_bounds(rule.when, "when", negated=False):
+            for amount, kind in signed.items():
+                if _same_path(leaf.path, amount):
+                    raise RuleError(
+                        rule.name,
+                        f"{where}.path",
+                        f"{leaf.path} {leaf.op} caps {kind}'s amount from above only, and "
+                        f"{kind} declares it sign: any, so -1000000 passes too: bound it on "
+                        "both sides ({all: [{path: …, gte: -5000}, {path: …, lte: 5000}]}) or "
+                        "declare sign: positive",
+                    )
+
+
+def _upper_bounds(
+    condition: Leaf | Group, where: str, *, negated: bool
+) -> Iterator[tuple[str, Leaf]]:
+    """The leaves of ``condition`` that bound a number from above (``lt``, ``lte``; under a
+    ``not``, ``gt`` and ``gte``) and are not bounded from below beside them in an ``all``."""
+    if isinstance(condition, Leaf):
+        if condition.op in (("gt", "gte") if negated else ("lt", "lte")):
+            yield where, condition
+        return
+    if condition.op == "not":
+        yield from _upper_bounds(condition.items[0], f"{where}.not", negated=not negated)
+        return
+    lower = set()
+    if (condition.op == "all") != negated:  # both sides of one path, in one all: bounded
+        below = ("lt", "lte") if negated else ("gt", "gte")
+        lower = {
+            item.path for item in condition.items if isinstance(item, Leaf) and item.op in below
+        }
+    for index, item in enumerate(condition.items):
+        for found in _upper_bounds(item, f"{where}.{condition.op}[{index}]", negated=negated):
+            if found[1].path not in lower:
+                yield found
+
+
+def _same_path(path: str, declared: str) -> bool:
+    """``payload.lines.0.amount_cents`` is one of ``payload.lines.*.amount_cents``."""
+    parts, pattern = path.split("."), declared.split(".")
+    return len(parts) == len(pattern) and all(
+        want in (got, "*") for got, want in zip(parts, pattern, strict=True)
     )

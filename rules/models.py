@@ -4,7 +4,7 @@ from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.db import models
 
-from . import engine
+from . import engine, kinds
 
 
 class RuleQuerySet(models.QuerySet):
@@ -53,6 +53,8 @@ class Rule(models.Model):
             )
         try:
             rule = self.parsed()
+            declared = RuleSet.objects.filter(pk=1).values_list("kinds", flat=True).first()
+            kinds.check_signed_bounds([rule], kinds.parse_kinds(declared or {}))
         except engine.RuleError as exc:
             raise ValidationError({"definition": str(exc)}) from exc
         named = [name for name in (rule.group, rule.escalate_to) if name]

@@ -37,6 +37,7 @@ SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£", "JPY": "¥", "INR": "₹", "KR
 SIGNS = ("positive", "any")
 # The largest integer every JSON reader holds exactly (I-JSON, RFC 7493 §2.2).
 MAX_EXACT_INTEGER = 2**53 - 1
+TOO_LARGE = "more than 2^53 − 1 minor units"
 _WHOLE = re.compile(r"-?[0-9]+")
 # A declared amount in major units as text: "1500.00", "-5", never "1,500", "1e3" or "+5".
 _DECIMAL_TEXT = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?")
@@ -296,8 +297,8 @@ def declared_minor(value: Any, currency: str, minor_units: bool) -> int | None:
         return None
     if not minor_units:
         number = number.scaleb(MINOR_UNITS.get(currency, 2))
-    if number != number.to_integral_value():
-        return None
+    if number != number.to_integral_value() or abs(number) > MAX_EXACT_INTEGER:
+        return None  # past 2^53 − 1 minor units no column or JSON reader holds it: unreadable
     return int(number)
 
 
@@ -335,7 +336,9 @@ def totals(found: list[Amount]) -> list[Amount]:
 
     One amount in a currency is itself; several are one Amount whose ``parts`` they are
     (ten lines of 99,999 are 999,990). Currencies are never added together: each total
-    is held to a threshold on its own. Unreadable amounts are left out (see ``largest``).
+    is held to a threshold on its own. Unreadable amounts are left out (see ``largest``);
+    a total past 2^53 − 1 minor units is itself unreadable (``minor`` None: over every
+    threshold, and no amount column overflows).
     """
     by_currency: dict[str, list[Amount]] = {}
     for amount in found:
@@ -351,10 +354,11 @@ def _total(group: list[Amount]) -> Amount:
     signs = {a.sign for a in group}
     return Amount(
         path,
-        -magnitude if negative else magnitude,
+        (-magnitude if negative else magnitude) if magnitude <= MAX_EXACT_INTEGER else None,
         group[0].currency,
         all(a.declared for a in group),
         signs.pop() if len(signs) == 1 else "any",
+        f"adds up to {TOO_LARGE}" if magnitude > MAX_EXACT_INTEGER else "",
         parts=tuple(group),
     )
 
@@ -366,6 +370,9 @@ def largest(found: list[Amount]) -> Amount | None:
     if unreadable:
         return unreadable[0]
     readable = totals(found)
+    unreadable = [a for a in readable if a.minor is None]  # a total past 2^53 − 1
+    if unreadable:
+        return unreadable[0]
     return max(readable, key=lambda a: abs(a.minor or 0)) if readable else None
 
 
@@ -398,6 +405,12 @@ def money_problems(document: dict[str, Any], specs: list[MoneySpec]) -> list[tup
             out += _amount_problem(spec, path, value, currency)
             if currency_at not in ISO_4217 and not currency:
                 out.append((currency_at, "must be an ISO 4217 currency code such as USD"))
+    if not out:
+        out += [
+            (total.parts[0].path, f"with the others in {total.currency} {total.problem}")
+            for total in totals(amounts(document, specs))
+            if total.minor is None
+        ]
     return out
 
 
@@ -424,9 +437,22 @@ def _amount_problem(spec: MoneySpec, path: str, value: Any, currency: str) -> li
         )
         minor = declared_minor(value, currency, False)
         ok = minor is not None and (minor > 0 or not positive)
+        if not ok and _beyond_exact(value, currency):
+            return [(path, f"is {TOO_LARGE}: no amount column or JSON reader holds it exactly")]
     if value is MISSING:
         return [(path, f"is required: {wanted}")]
     return [] if ok else [(path, f"must be {wanted}")]
+
+
+def _beyond_exact(value: Any, currency: str) -> bool:
+    """A major-unit amount that reads as a number but passes 2^53 − 1 minor units."""
+    if isinstance(value, str):
+        number = Decimal(value) if _DECIMAL_TEXT.fullmatch(value) else None
+    else:
+        number = decimal_of(value, text=False)
+    return (
+        number is not None and abs(number.scaleb(MINOR_UNITS.get(currency, 2))) > MAX_EXACT_INTEGER
+    )
 
 
 def ijson_problem(value: Any, path: str) -> str | None:

@@ -122,7 +122,9 @@ def parse_file(text: str) -> RuleFile:
         document = document.get("rules")
     if document is None:
         document = []
-    return RuleFile(engine.parse_rules(document), declared)
+    rules = engine.parse_rules(document)
+    kinds_.check_signed_bounds(rules, declared)
+    return RuleFile(rules, declared)
 
 
 def parse_yaml(text: str) -> list[engine.Rule]:
@@ -317,7 +319,8 @@ def _declared_amount(action: dict) -> Decimal | None:
         return None
     if len({a.currency for a in found}) > 1:
         return None
-    return Decimal(sum(a.minor or 0 for a in found))
+    total = sum(a.minor or 0 for a in found)
+    return Decimal(total) if total <= money.MAX_EXACT_INTEGER else None
 
 
 def budget_scope(budget: engine.Budget, action: dict) -> str | None:

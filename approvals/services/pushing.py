@@ -261,6 +261,7 @@ def _create(
     verdict = rule_engine.evaluate(loaded.rules, view)
     if view["money"] is None and settings.IMPRI_UNDECLARED_KINDS != "detect":
         verdict = rule_kinds.hold_undeclared(verdict, data.kind)  # the closed world (issue 39)
+    verdict = rule_kinds.hold_at_step_up(verdict, view, settings.IMPRI_STEP_UP_CENTS)
     verdict, group = _routed_group(_within_budget(verdict, view, now), groups)
     expiries = [s for s in (data.expires_in_s, verdict.expires_in_s) if s]
     status, decided_at = {

@@ -11,8 +11,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.test import Client
 
-from approvals.models import Action
+from approvals import services
+from approvals.models import Action, ActionStatus
+from approvals.schemas import ActionIn
 from tests.factories import install_rules, refund_body
 
 TWO_APPROVALS = """
@@ -62,3 +65,194 @@ def test_a_flag_with_a_trailing_newline_is_refused(agent, flag):
 def test_a_cursor_with_a_trailing_newline_is_refused(agent):
     response = agent.client().get("/actions?cursor=1_abc%0A")
     assert response.status_code == 422, response.json()
+
+
+# --- Under the closed world, text holding a figure is frozen whatever its key ---------------------
+
+
+@pytest.mark.parametrize(
+    "text, raised",
+    [
+        ("$15.00", "$15000.00"),
+        ("15.00 USD", "15000.00 USD"),
+        ("\u0661\u0665\u0660\u0660", "\u0669\u0669\u0669\u0660\u0660"),  # Arabic-Indic digits
+        ("1 500,00", "1 500 000,00"),
+        ("EUR 15", "EUR 15000"),
+    ],
+)
+def test_an_undeclared_kinds_text_with_a_figure_may_not_be_edited(agent, rita, text, raised):
+    """``payout`` is no word the detector knows, and "$15.00" no text it reads: still frozen."""
+    action, _ = services.push_action(
+        agent.agent,
+        ActionIn(
+            kind="billing.refund",
+            title="Refund",
+            preview={"format": "plain", "body": "refund"},
+            payload={"payout": text, "order": "A1", "note": "thanks"},
+            editable=["payload.payout", "payload.note"],
+        ),
+    )
+    response = rita.client().post(
+        f"/actions/{action.pk}/approve", {"edits": {"payload.payout": raised}}
+    )
+    assert response.status_code == 422, response.json()
+    assert "edits.payload.payout" in json.dumps(response.json())
+    assert Action.objects.get(pk=action.pk).payload["payout"] == text
+    # Text without a digit stays editable.
+    edited = rita.client().post(
+        f"/actions/{action.pk}/approve", {"edits": {"payload.note": "thank you"}}
+    )
+    assert edited.status_code != 422, edited.json()
+
+
+# --- Amounts past 2^53 − 1 minor units are unreadable: a 422 declared, held otherwise -----------
+
+PSP = "kinds:\n  psp.refund:\n    money: [{amount: payload.amount, currency: USD, minor_units: false}]\n"
+LINES = "kinds:\n  psp.batch:\n    money: [{amount: payload.lines.*.amount_cents, currency: USD}]\n"
+
+
+def _raw_push(agent, body: dict):
+    client = Client(raise_request_exception=False)
+    return client.post(
+        "/api/v1/actions",
+        json.dumps(body),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {agent.key}"},
+    )
+
+
+@pytest.mark.parametrize("amount", ["9" * 25 + ".00", "90071992547409.92", 9e15])
+def test_a_declared_amount_past_2_53_minor_units_is_a_422_naming_it(agent, amount):
+    install_rules(PSP + "rules: []\n")
+    body = {**_body("psp.refund", 1), "kind": "psp.refund", "payload": {"amount": amount}}
+    body.pop("editable", None)
+    response = _raw_push(agent, body)
+    assert response.status_code == 422, (response.status_code, response.content[:300])
+    assert "payload.amount" in response.content.decode()
+    assert "2^53" in response.content.decode()
+    assert not Action.objects.exists()
+
+
+def test_declared_lines_adding_up_past_2_53_are_a_422_naming_the_first(agent):
+    install_rules(LINES + "rules: []\n")
+    lines = [{"amount_cents": 2**53 - 1} for _ in range(1_100)]
+    body = {**_body("psp.batch", 1), "kind": "psp.batch", "payload": {"lines": lines}}
+    body.pop("editable", None)
+    response = _raw_push(agent, body)
+    assert response.status_code == 422, (response.status_code, response.content[:300])
+    assert "payload.lines.0.amount_cents" in response.content.decode()
+    assert not Action.objects.exists()
+
+
+@pytest.mark.parametrize("mode", ["strict", "detect"])
+def test_an_undeclared_amount_past_2_53_is_held_over_every_threshold(agent, settings, mode):
+    settings.IMPRI_UNDECLARED_KINDS = mode
+    settings.IMPRI_STEP_UP_CENTS = 100_000
+    lines = [{"amount_cents": 2**53 - 1} for _ in range(1_100)]
+    install_rules("rules:\n  - {name: all, kind: 'billing.*', then: auto_approve}\n")
+    body = {
+        **_body("billing.batch", 1),
+        "kind": "billing.batch",
+        "payload": {"amount": "9" * 30, "lines": lines},
+    }
+    body.pop("editable", None)
+    response = _raw_push(agent, body)
+    assert response.status_code == 201, (response.status_code, response.content[:300])
+    action = Action.objects.get()
+    assert action.status == ActionStatus.PENDING  # not auto-approved: its amount is unknown
+    assert action.amount_minor is None
+
+
+# --- A sign: any amount: no auto-approval at or above step-up; no one-sided cap at import -------
+
+SIGNED = """
+kinds:
+  payment.credit:
+    money: [{amount: payload.amount_cents, currency: payload.currency, sign: any}]
+"""
+
+
+def test_an_auto_approval_at_or_above_step_up_goes_to_review(agent, settings):
+    """A rule comparing signed values passed −1,000,000 as ``lte: 5000``; whatever a rule
+    says, no action moving the step-up threshold or more is approved unseen."""
+    settings.IMPRI_STEP_UP_CENTS = 100_000
+    install_rules(
+        SIGNED + "rules:\n  - {name: credits, kind: payment.credit, then: auto_approve}\n"
+    )
+    response = agent.client().post("/actions", _body("payment.credit", -1_000_000))
+    assert response.status_code == 201, response.json()
+    action = Action.objects.get()
+    assert action.status == ActionStatus.PENDING
+    assert "IMPRI_STEP_UP_CENTS=100000" in action.rule_trace[-1]["why"]
+    assert "1000000 minor units" in action.rule_trace[-1]["why"]
+    small = agent.client().post("/actions", _body("payment.credit", -500))
+    assert small.json()["status"] == "approved"
+
+
+def test_without_a_step_up_threshold_auto_approval_is_as_before(agent, settings):
+    settings.IMPRI_STEP_UP_CENTS = None
+    install_rules(
+        SIGNED + "rules:\n  - {name: credits, kind: payment.credit, then: auto_approve}\n"
+    )
+    response = agent.client().post("/actions", _body("payment.credit", -1_000_000))
+    assert response.json()["status"] == "approved"
+
+
+@pytest.mark.parametrize(
+    "when",
+    [
+        "{path: payload.amount_cents, lte: 5000}",
+        "{path: payload.amount_cents, lt: 5000}",
+        "{not: {path: payload.amount_cents, gt: 5000}}",
+        "{all: [{path: flags, contains: vip}, {path: payload.amount_cents, lte: 5000}]}",
+    ],
+)
+def test_a_one_sided_cap_on_a_sign_any_amount_is_refused_at_import(when):
+    from rules import engine
+    from rules import services as rule_services
+
+    text = (
+        SIGNED
+        + f"rules:\n  - name: small payments\n    kind: payment.*\n    when: {when}\n    then: auto_approve\n"
+    )
+    with pytest.raises(engine.RuleError) as caught:
+        rule_services.parse_file(text)
+    message = str(caught.value)
+    assert "small payments" in message and "sign: any" in message
+    assert "sign: positive" in message
+
+
+@pytest.mark.parametrize(
+    "when",
+    [
+        "{all: [{path: payload.amount_cents, gte: -5000}, {path: payload.amount_cents, lte: 5000}]}",
+        "{path: payload.amount_cents, gt: 5000}",
+    ],
+)
+def test_a_two_sided_cap_or_a_floor_imports(when):
+    from rules import services as rule_services
+
+    text = (
+        SIGNED
+        + f"rules:\n  - name: small payments\n    kind: payment.*\n    when: {when}\n    then: review\n"
+    )
+    assert rule_services.parse_file(text).rules[0].name == "small payments"
+
+
+def test_the_admin_refuses_a_one_sided_cap_on_a_declared_sign_any_amount(db):
+    from django.core.exceptions import ValidationError
+
+    from rules.models import Rule
+
+    install_rules(SIGNED + "rules: []\n")
+    rule = Rule(
+        name="small",
+        position=0,
+        definition={
+            "kind": "payment.credit",
+            "when": {"path": "payload.amount_cents", "lte": 5000},
+            "then": "auto_approve",
+        },
+    )
+    with pytest.raises(ValidationError, match="sign: any"):
+        rule.clean()
