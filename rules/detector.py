@@ -90,6 +90,14 @@ def is_currency_key(key: str) -> bool:
     return normalize_key(key) in CURRENCY_KEYS
 
 
+def may_be_currency(key: Any, value: Any) -> bool:
+    """A field an undeclared kind's currency may be in, which an edit may never change: a key
+    that names a currency in any spelling (``currency_iso_code``, ``currencyIsoCode``,
+    ``settlement_currency``, ``ccy``, ``settleCcy``) or a value that is an ISO 4217 code."""
+    joined = normalize_key(key).replace("_", "")
+    return "currenc" in joined or joined.endswith("ccy") or bool(iso_currency(value))
+
+
 def detect(payload: dict[str, Any]) -> Iterator[Amount]:
     """The money in an undeclared payload, by the meaning of its keys (see the module's docstring)."""
     yield from _detect(payload, "payload", "", False)

@@ -6,7 +6,7 @@ import copy
 import math
 
 from rules.bounds import bound_problem
-from rules.detector import is_currency_key
+from rules.detector import may_be_currency
 from rules.money import currency_paths, ijson_problem, money_problems
 from rules.paths import path_problem
 
@@ -63,7 +63,8 @@ def _is_currency(action: Action, path: str) -> bool:
     """A path the action's currency is read from (an action pushed before the check at push)."""
     specs = money.specs_of(action)
     if specs is None:
-        return is_currency_key(path.rpartition(".")[2])
+        _, original = resolve_path({"payload": action.original_payload}, path)
+        return may_be_currency(path.rpartition(".")[2], original)
     return path in currency_paths({"payload": action.original_payload}, specs)
 
 

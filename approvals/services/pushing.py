@@ -19,7 +19,7 @@ from rules import engine as rule_engine
 from rules import kinds as rule_kinds
 from rules import services as rule_services
 from rules.bounds import effective_bounds
-from rules.detector import is_currency_key
+from rules.detector import may_be_currency
 from rules.models import RuleSet
 from rules.money import currency_paths, ijson_problem
 
@@ -218,14 +218,18 @@ def _declaration(loaded, data: ActionIn, override: list[dict] | None):
 def _check_currency_fixed(data: ActionIn, declared) -> None:
     """The currency never changes: a path it is read from may not be listed in ``editable``.
 
-    A declared kind's currency paths; for a kind that declares no money, any key the
-    detector reads as a currency (``currency``, ``currency_code``, ``currencyCode``…).
+    A declared kind's currency paths; for a kind that declares no money, any field that may
+    hold one (``rules.detector.may_be_currency``: ``ccy``, ``currencyIsoCode``, a value "GBP"…).
     """
     document = {"payload": data.payload}
     if declared is not None and declared.money is not None:
         fixed = currency_paths(document, list(declared.money))
     else:
-        fixed = {p for p in data.editable_paths() if is_currency_key(p.rpartition(".")[2])}
+        fixed = {
+            p
+            for p in data.editable_paths()
+            if may_be_currency(p.rpartition(".")[2], rule_engine.lookup(document, p))
+        }
     for index, path in enumerate(data.editable_paths()):
         if path in fixed:
             raise InvalidInput(

@@ -256,3 +256,52 @@ def test_the_admin_refuses_a_one_sided_cap_on_a_declared_sign_any_amount(db):
     )
     with pytest.raises(ValidationError, match="sign: any"):
         rule.clean()
+
+
+# --- An undeclared kind's currency never changes, however it is spelled -------------------------
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("currency_iso_code", "IDR"),
+        ("currencyIsoCode", "IDR"),
+        ("settlement_currency", "IDR"),
+        ("ccy", "IDR"),
+        ("settleCcy", "IDR"),
+        ("target", "idr"),  # a key that says nothing, a value that is an ISO 4217 code
+    ],
+)
+def test_an_undeclared_kinds_currency_in_editable_is_a_422(agent, key, value):
+    body = {
+        "kind": "billing.refund",
+        "title": "Refund",
+        "preview": {"format": "plain", "body": "refund"},
+        "payload": {"amount_cents": 99_999, key: value},
+        "editable": [f"payload.{key}"],
+    }
+    response = agent.client().post("/actions", body)
+    assert response.status_code == 422, response.json()
+    assert "editable[0]" in json.dumps(response.json())
+    assert not Action.objects.exists()
+
+
+def test_an_earlier_actions_currency_under_another_spelling_is_not_edited(agent, rita):
+    """An action pushed before the check at push listed it: the edit is refused instead."""
+    action, _ = services.push_action(
+        agent.agent,
+        ActionIn(
+            kind="billing.refund",
+            title="Refund",
+            preview={"format": "plain", "body": "refund"},
+            payload={"amount_cents": 99_999, "ccy": "IDR", "ref": "r"},
+            editable=["payload.ref"],
+        ),
+    )
+    Action.objects.filter(pk=action.pk).update(editable=["payload.ref", "payload.ccy"])
+    response = rita.client().post(
+        f"/actions/{action.pk}/approve", {"edits": {"payload.ccy": "GBP"}}
+    )
+    assert response.status_code == 422, response.json()
+    assert "edits.payload.ccy" in json.dumps(response.json())
+    assert Action.objects.get(pk=action.pk).payload["ccy"] == "IDR"
