@@ -15,7 +15,10 @@ still answers), one line naming the key or the limit. Text that is not JSON at a
 raises ``json``'s own ``ValueError`` as before. ``load_yaml`` does the same for YAML
 files (rules, gateways): a duplicate mapping key or nesting past ``MAX_DEPTH`` is a
 ``yaml.YAMLError`` with the line and column, where ``yaml.safe_load`` keeps the last
-key and recurses.
+key and recurses. An alias (``*name``) reads a second time what was written once, so it
+is refused except as a merge key's value (``<<: *base``, ``<<: [*a, *b]``), and not to
+a node still being written (a cycle); what merges expand to is measured again once
+built: nesting past ``MAX_DEPTH`` or more values than the text could spell is refused.
 """
 
 from __future__ import annotations
@@ -28,8 +31,8 @@ from typing import Any
 import yaml
 from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
-from yaml.events import MappingStartEvent, SequenceStartEvent
-from yaml.nodes import MappingNode
+from yaml.events import AliasEvent, MappingStartEvent, SequenceStartEvent
+from yaml.nodes import MappingNode, ScalarNode
 
 MAX_DEPTH = 64  # containers inside containers; docs/api.md ("JSON that reads one way")
 
@@ -91,25 +94,66 @@ class OneReadingLoader(yaml.SafeLoader):
     """PyYAML's safe loader, refusing a duplicate mapping key and nesting past ``MAX_DEPTH``.
 
     Merge keys (``<<: *base``) still merge: only keys written in the mapping itself count.
-    The composer is the part of PyYAML that recurses, so the depth is counted there.
+    The composer is the part of PyYAML that recurses, so the depth is counted there; it
+    also refuses an alias anywhere but as a merge key's value, and one to an open node.
     """
 
     def __init__(self, stream):
         super().__init__(stream)
-        self._depth = 0
+        # The containers being composed, outermost first: [a merge key's list?, anchor, how
+        # deep the merges inside it chain]; and that chain's depth for each anchor written.
+        self._open: list[list[Any]] = []
+        self._merges: dict[str, int] = {}
 
     def compose_node(self, parent, index):
+        if self.check_event(AliasEvent):
+            self._check_alias(index)
+            return super().compose_node(parent, index)
         opens = self.check_event(SequenceStartEvent, MappingStartEvent)
         if opens:
-            self._depth += 1
-            if self._depth > MAX_DEPTH:
-                mark = self.peek_event().start_mark
-                raise ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels", mark)
+            event = self.peek_event()
+            if len(self._open) >= MAX_DEPTH:
+                raise ComposerError(
+                    None, None, f"nested deeper than {MAX_DEPTH} levels", event.start_mark
+                )
+            merging = isinstance(index, ScalarNode) and index.tag == _MERGE
+            self._open.append([merging and isinstance(event, SequenceStartEvent), event.anchor, 0])
         try:
             return super().compose_node(parent, index)
         finally:
             if opens:
-                self._depth -= 1
+                _, anchor, chain = self._open.pop()
+                if anchor is not None:
+                    self._merges[anchor] = chain
+                if self._open:
+                    self._open[-1][2] = max(self._open[-1][2], chain)
+
+    def _check_alias(self, index) -> None:
+        """An alias only as a merge key's value, to a node already written, merges chained at
+        most ``MAX_DEPTH`` deep (PyYAML flattens them recursively)."""
+        event = self.peek_event()
+        merged = (isinstance(index, ScalarNode) and index.tag == _MERGE) or (
+            isinstance(index, int) and bool(self._open) and self._open[-1][0]
+        )
+        if not merged:
+            raise ComposerError(
+                None,
+                None,
+                f"alias *{event.anchor} is not accepted here: write the value out (an alias "
+                "may only be merged, as in <<: *base)",
+                event.start_mark,
+            )
+        if any(entry[1] == event.anchor for entry in self._open):
+            raise ComposerError(
+                None, None, f"alias *{event.anchor} refers to itself", event.start_mark
+            )
+        chain = self._merges.get(event.anchor, 0) + 1
+        if chain > MAX_DEPTH:
+            raise ComposerError(
+                None, None, f"merges chained deeper than {MAX_DEPTH} levels", event.start_mark
+            )
+        if self._open:
+            self._open[-1][2] = max(self._open[-1][2], chain)
 
     def construct_mapping(self, node, deep=False):
         if isinstance(node, MappingNode):
@@ -137,6 +181,31 @@ def load_yaml(text: str) -> Any:
     """``yaml.safe_load`` that reads one way (``OneReadingLoader``)."""
     loader = OneReadingLoader(text)
     try:
-        return loader.get_single_data()
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        data = loader.construct_document(node)
     finally:
         loader.dispose()
+    problem = _expanded_problem(data, max(len(text), 10_000))
+    if problem:
+        raise ConstructorError(None, None, problem, node.start_mark)
+    return data
+
+
+def _expanded_problem(data: Any, most: int) -> str | None:
+    """Why what the merges expanded to is refused: nested past ``MAX_DEPTH``, or more than
+    ``most`` values (what an alias-free text of that length could hold). Walked with a stack."""
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    count = 0
+    while stack:
+        node, depth = stack.pop()
+        count += 1
+        if count > most:
+            return f"merge keys (<<) expand it to more than {most} values"
+        if isinstance(node, dict | list):
+            if depth >= MAX_DEPTH:
+                return f"nested deeper than {MAX_DEPTH} levels once merge keys (<<) are expanded"
+            items = node.values() if isinstance(node, dict) else node
+            stack.extend((item, depth + 1) for item in items)
+    return None

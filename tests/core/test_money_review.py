@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 from django.test import Client
 
 from approvals import services
@@ -305,3 +306,59 @@ def test_an_earlier_actions_currency_under_another_spelling_is_not_edited(agent,
     assert response.status_code == 422, response.json()
     assert "edits.payload.ccy" in json.dumps(response.json())
     assert Action.objects.get(pk=action.pk).payload["ccy"] == "IDR"
+
+
+# --- YAML: an alias may only be merged, and what merges expand to is measured -------------------
+
+
+def _alias_chain(count: int) -> str:
+    items = ["&c0 {path: payload.a, eq: 1}"] + [
+        f"&c{i} {{not: *c{i - 1}}}" for i in range(1, count)
+    ]
+    when = "{all: [" + ", ".join(items) + "]}"
+    return f'rules:\n  - name: x\n    kind: "*"\n    when: {when}\n    then: review\n'
+
+
+YAML_BOMBS = {
+    "alias chain": _alias_chain(2_000),
+    "billion laughs": "a: &a [1,1,1,1,1,1,1,1,1]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a]\n"
+    "c: &c [*b,*b,*b,*b,*b,*b,*b,*b]\nrules: [*c,*c,*c,*c,*c,*c,*c,*c]\n",
+    "merge laughs": "a0: &a0 {v: [1, 2, 3]}\n"
+    + "".join(
+        f"a{i}: &a{i} {{p: {{<<: *a{i - 1}}}, q: {{<<: *a{i - 1}}}}}\n" for i in range(1, 40)
+    ),
+    "merge chain": "a0: &a0 {x: 1}\n"
+    + "".join(f"a{i}: &a{i} {{<<: *a{i - 1}, y{i}: 1}}\n" for i in range(1, 2_000)),
+    "cycle": "a: &a {x: {<<: *a}}\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(YAML_BOMBS))
+def test_yaml_aliases_get_a_one_line_error_never_a_recursion(name):
+    from plumbing import strict_json, yaml_errors
+    from rules import engine
+    from rules import services as rule_services
+
+    text = YAML_BOMBS[name]
+    with pytest.raises(yaml.YAMLError) as raised:
+        strict_json.load_yaml(text)
+    assert yaml_errors.describe(raised.value, text).splitlines()[0].startswith("line ")
+    with pytest.raises(engine.RuleError):
+        rule_services.parse_file(text)
+
+
+def test_the_rules_admin_answers_a_yaml_bomb_with_a_form_error(admin_client):
+    response = admin_client.post(
+        "/admin/rules/rule/yaml/", {"rules_yaml": YAML_BOMBS["alias chain"]}
+    )
+    assert response.status_code == 200
+    assert b"is not accepted here" in response.content
+
+
+def test_merge_keys_still_merge():
+    from plumbing import strict_json
+
+    text = "a: &a {x: 1}\nb: &b {y: 2}\nc: {<<: [*a, *b], z: 3}\nd: {<<: *a, x: 4}\n"
+    loaded = strict_json.load_yaml(text)
+    assert loaded["c"] == {"x": 1, "y": 2, "z": 3}
+    assert loaded["d"] == {"x": 4}
