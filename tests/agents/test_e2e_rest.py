@@ -162,7 +162,7 @@ def test_health_and_readiness_need_no_key(server):
     assert httpx.get(server.url + "/healthz").json() == {"status": "ok"}
     ready = httpx.get(server.url + "/readyz")
     assert ready.status_code == 200
-    assert ready.json()["checks"] == {"database": "ok", "channel_layer": "ok"}
+    assert ready.json()["checks"] == {"database": "ok", "channel_layer": "ok", "audit_log": "ok"}
 
 
 def test_openapi_lists_every_endpoint(server):

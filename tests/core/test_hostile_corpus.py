@@ -118,7 +118,16 @@ def keys(deployment, server):
         "root@example.com",
         DJANGO_SUPERUSER_PASSWORD=SUPERUSER_PASSWORD,
     )
-    deployment.impri("createreviewer", "root", "--group", "reviewers")
+    # The superuser joins the reviewers: createreviewer changes an existing user only when
+    # told to reset the password (here to the one it has).
+    deployment.impri(
+        "createreviewer",
+        "root",
+        "--group",
+        "reviewers",
+        "--reset-password",
+        IMPRI_REVIEWER_PASSWORD=SUPERUSER_PASSWORD,
+    )
     return {"agent": agent, "root": deployment.last_word("token", "root")}
 
 

@@ -363,13 +363,13 @@ def test_action_page_shows_what_will_happen_beside_what_the_agent_says(action, r
     assert "No rule matched" in body
     assert "support-bot" in body
     assert 'class="countdown countdown-big"' in body
-    # The amount's input says its currency and what it takes; the path and the minor units
-    # are secondary (issue 43).
+    # The amount's input says its currency and what it takes; the path is secondary, and the
+    # minor units the payload will carry are shown under the input as it changes (issue 43).
     assert (
         '<label for="id_approve-payload.amount_cents">Amount (USD) <span class="muted '
-        'label-secondary">up to 2 decimals · <code>payload.<wbr>amount_cents</code> = 8400 '
-        "minor units</span></label>" in body
+        'label-secondary"><code>payload.<wbr>amount_cents</code></span></label>' in body
     )
+    assert 'data-path="payload.amount_cents">payload.<wbr>amount_cents = 8400</output>' in body
     assert re.search(
         r'<button[^>]*>Approve <span class="approve-amount" '
         r'data-money-for="id_approve-payload.amount_cents" data-money-bare>\$84.00 USD</span></button>',
