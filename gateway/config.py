@@ -136,7 +136,7 @@ def _tool(where: str, name, spec) -> ToolPolicy:
     redact = spec.get("redact", False)
     if not isinstance(redact, bool):
         raise ConfigError(f"{where}: redact must be true or false")
-    money = spec.get("money") or []
+    money = spec.get("money")  # absent: not declared; []: moves no money
     problem = money_problem(money)
     if problem:
         raise ConfigError(f"{where}: {problem}")
@@ -146,7 +146,7 @@ def _tool(where: str, name, spec) -> ToolPolicy:
         editable=editable,
         title=title,
         redact=redact,
-        money=[_as_written(money_entry(entry)) for entry in money],
+        money=None if money is None else [_as_written(money_entry(entry)) for entry in money],
     )
 
 
@@ -204,7 +204,7 @@ def as_spec(upstream: Upstream) -> dict:
             tool["title"] = policy.title
         if policy.redact:
             tool["redact"] = True
-        if policy.money:
+        if policy.money is not None:
             tool["money"] = [dict(entry) for entry in policy.money]
         tools[policy.tool] = tool
     if tools:

@@ -114,10 +114,14 @@ class ToolPolicy(models.Model):
     redact = models.BooleanField(
         default=False, help_text="audit only the hash of the arguments, not the arguments"
     )
+    # None: the tool declares nothing (its kind is undeclared unless the rules file's kinds:
+    # declares it, so the strict guards hold it); []: it declares that it moves no money.
     money = models.JSONField(
-        default=list,
+        default=None,
+        null=True,
         blank=True,
-        help_text='the amounts the call moves: [{"amount": "amount_cents", "currency": "currency"}]',
+        help_text='the amounts the call moves: [{"amount": "amount_cents", "currency": "currency"}]; '
+        "[] if it moves none; empty: not declared (held to the strictest guard)",
     )
 
     class Meta:
@@ -159,6 +163,8 @@ def money_problem(money) -> str | None:
     (``positive``, the default, or ``any``) are optional. The checks are the
     rules file's (``rules.money``), on the paths as they will be read.
     """
+    if money is None:
+        return None  # not declared
     if not isinstance(money, list):
         return "money: must be a list like [{amount: amount_cents, currency: currency}]"
     for index, entry in enumerate(money):

@@ -178,7 +178,7 @@ def _push(agent, upstream, tool, arguments, digest, index, previous, definition_
     data = data.model_copy(update={"idempotency_key": _key(digest, index)})
     try:
         with transaction.atomic():
-            action, created = approvals.push_action(agent, data, money=_money(policy) or None)
+            action, created = approvals.push_action(agent, data, money=_money(policy))
             if not created:
                 return None
             GatedCall.objects.create(
@@ -340,9 +340,15 @@ def _editable(policy: ToolPolicy, arguments: dict) -> list[str]:
     return paths
 
 
-def _money(policy: ToolPolicy) -> list[dict]:
-    """The tool's money declaration as ``push_action`` takes it: paths into ``payload.``."""
-    return [money_entry(entry) for entry in policy.money or []]
+def _money(policy: ToolPolicy) -> list[dict] | None:
+    """The tool's money declaration as ``push_action`` takes it: paths into ``payload.``.
+
+    None when the tool declares none (the rules file's ``kinds:`` may, else the kind is
+    undeclared); ``[]`` when it declares that it moves no money, which then flows as declared.
+    """
+    if policy.money is None:
+        return None
+    return [money_entry(entry) for entry in policy.money]
 
 
 def claim(action: Action) -> bool:

@@ -87,3 +87,46 @@ def test_a_call_breaking_its_money_declaration_is_refused_naming_the_argument(ag
     assert raised.value.status_code == 422
     assert "payload.ccy" in f"{raised.value.field} {raised.value.message}"
     assert not Action.objects.exists()
+
+
+NO_MONEY = """
+gateways:
+  - name: crm
+    url: http://127.0.0.1:9/mcp
+    default: deny
+    tools:
+      tag:
+        policy: review
+        money: []
+      note:
+        policy: review
+"""
+
+
+@pytest.fixture
+def crm(db):
+    config.replace_all(config.parse_yaml(NO_MONEY), by="test")
+    return Upstream.objects.get(name="crm")
+
+
+def test_a_tool_declaring_money_none_flows_as_declared_and_one_saying_nothing_is_held(
+    agent, crm
+):
+    """``money: []`` declares that the tool moves no money: an auto_approve rule approves it.
+    A tool whose ``money:`` is absent declares nothing: the closed world holds it for review."""
+    from tests.factories import install_rules
+
+    install_rules("rules:\n  - {name: crm calls, kind: 'mcp.crm.*', then: auto_approve}\n")
+    tagged = services.begin(agent.agent, crm, "tag", {"customer": "c_1", "tag": "vip"})
+    assert tagged.money == []
+    assert tagged.status == ActionStatus.APPROVED
+    noted = services.begin(agent.agent, crm, "note", {"customer": "c_1", "text": "hi"})
+    assert noted.money is None
+    assert noted.status == ActionStatus.PENDING
+    assert "kind not declared" in noted.rule_trace[-1]["why"]
+
+
+def test_money_none_and_absent_survive_an_export(crm):
+    exported = config.export_yaml()
+    by_tool = {p.tool: p.money for p in config.parse_yaml(exported)[0].policies}
+    assert by_tool == {"tag": [], "note": None}
