@@ -171,6 +171,10 @@ def hold_undeclared(verdict: Verdict, kind: str) -> Verdict:
         f"kind not declared: {kind!r} declares no money (kinds: in the rules file; money: [] "
         "if it moves none), so what it moves is unknown: review"
     )
+    return _to_review(verdict, why)
+
+
+def _to_review(verdict: Verdict, why: str) -> Verdict:
     return replace(
         verdict,
         outcome="review",
@@ -203,12 +207,7 @@ def hold_at_step_up(verdict: Verdict, view: dict[str, Any], limit: int | None) -
         f"{top.path}: {moved} reach the step-up threshold (IMPRI_STEP_UP_CENTS={limit}), "
         "which no rule approves unseen: review"
     )
-    return replace(
-        verdict,
-        outcome="review",
-        budget=None,
-        trace=[*verdict.trace, {"rule": verdict.rule, "matched": True, "why": why}],
-    )
+    return _to_review(verdict, why)
 
 
 def check_signed_bounds(rules: list[Rule], kinds: dict[str, KindSpec]) -> None:

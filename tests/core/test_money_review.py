@@ -71,6 +71,21 @@ def test_a_cursor_with_a_trailing_newline_is_refused(agent):
 # --- Under the closed world, text holding a figure is frozen whatever its key ---------------------
 
 
+def _undeclared(agent, payload: dict, editable: list[str]) -> Action:
+    """An action of ``billing.refund``, a kind declared nowhere."""
+    action, _ = services.push_action(
+        agent.agent,
+        ActionIn(
+            kind="billing.refund",
+            title="Refund",
+            preview={"format": "plain", "body": "refund"},
+            payload=payload,
+            editable=editable,
+        ),
+    )
+    return action
+
+
 @pytest.mark.parametrize(
     "text, raised",
     [
@@ -83,15 +98,8 @@ def test_a_cursor_with_a_trailing_newline_is_refused(agent):
 )
 def test_an_undeclared_kinds_text_with_a_figure_may_not_be_edited(agent, rita, text, raised):
     """``payout`` is no word the detector knows, and "$15.00" no text it reads: still frozen."""
-    action, _ = services.push_action(
-        agent.agent,
-        ActionIn(
-            kind="billing.refund",
-            title="Refund",
-            preview={"format": "plain", "body": "refund"},
-            payload={"payout": text, "order": "A1", "note": "thanks"},
-            editable=["payload.payout", "payload.note"],
-        ),
+    action = _undeclared(
+        agent, {"payout": text, "order": "A1", "note": "thanks"}, ["payload.payout", "payload.note"]
     )
     response = rita.client().post(
         f"/actions/{action.pk}/approve", {"edits": {"payload.payout": raised}}
@@ -289,16 +297,7 @@ def test_an_undeclared_kinds_currency_in_editable_is_a_422(agent, key, value):
 
 def test_an_earlier_actions_currency_under_another_spelling_is_not_edited(agent, rita):
     """An action pushed before the check at push listed it: the edit is refused instead."""
-    action, _ = services.push_action(
-        agent.agent,
-        ActionIn(
-            kind="billing.refund",
-            title="Refund",
-            preview={"format": "plain", "body": "refund"},
-            payload={"amount_cents": 99_999, "ccy": "IDR", "ref": "r"},
-            editable=["payload.ref"],
-        ),
-    )
+    action = _undeclared(agent, {"amount_cents": 99_999, "ccy": "IDR", "ref": "r"}, ["payload.ref"])
     Action.objects.filter(pk=action.pk).update(editable=["payload.ref", "payload.ccy"])
     response = rita.client().post(
         f"/actions/{action.pk}/approve", {"edits": {"payload.ccy": "GBP"}}
