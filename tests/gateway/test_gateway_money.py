@@ -109,9 +109,7 @@ def crm(db):
     return Upstream.objects.get(name="crm")
 
 
-def test_a_tool_declaring_money_none_flows_as_declared_and_one_saying_nothing_is_held(
-    agent, crm
-):
+def test_a_tool_declaring_money_none_flows_as_declared_and_one_saying_nothing_is_held(agent, crm):
     """``money: []`` declares that the tool moves no money: an auto_approve rule approves it.
     A tool whose ``money:`` is absent declares nothing: the closed world holds it for review."""
     from tests.factories import install_rules
@@ -130,3 +128,31 @@ def test_money_none_and_absent_survive_an_export(crm):
     exported = config.export_yaml()
     by_tool = {p.tool: p.money for p in config.parse_yaml(exported)[0].policies}
     assert by_tool == {"tag": [], "note": None}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_upgrade_reads_a_money_stored_empty_as_not_declared():
+    """Before gateway 0003 an absent ``money:`` was stored as ``[]``; it stays undeclared."""
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    def migrate(targets):
+        executor = MigrationExecutor(connection)
+        executor.loader.build_graph()
+        executor.migrate(targets)
+        return executor.loader.project_state(targets).apps
+
+    apps = migrate([("gateway", "0002_pinned_tools")])
+    try:
+        upstream = apps.get_model("gateway", "Upstream").objects.create(
+            name="old", url="http://127.0.0.1:9/mcp"
+        )
+        ToolPolicy = apps.get_model("gateway", "ToolPolicy")
+        declared = [{"amount": "value", "currency": "USD", "minor_units": True, "sign": "positive"}]
+        ToolPolicy.objects.create(upstream=upstream, tool="note", policy="review", money=[])
+        ToolPolicy.objects.create(upstream=upstream, tool="pay", policy="review", money=declared)
+        apps = migrate([("gateway", "0003_tool_money_undeclared")])
+        got = {p.tool: p.money for p in apps.get_model("gateway", "ToolPolicy").objects.all()}
+        assert got == {"note": None, "pay": declared}
+    finally:
+        migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
