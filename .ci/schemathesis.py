@@ -51,7 +51,16 @@ def main() -> int:
             "a@example.com",
             DJANGO_SUPERUSER_PASSWORD=PASSWORD,
         )
-        deployment.impri("createreviewer", "auditor", "--group", "reviewers")
+        # The superuser joins the reviewers: createreviewer changes an existing user only
+        # when told to reset the password (here to the one it has).
+        deployment.impri(
+            "createreviewer",
+            "auditor",
+            "--group",
+            "reviewers",
+            "--reset-password",
+            IMPRI_REVIEWER_PASSWORD=PASSWORD,
+        )
         reviewer_key = deployment.last_word("token", "auditor")
         _seed(server.url, agent_key, reviewer_key)
         failed = False
