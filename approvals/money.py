@@ -27,6 +27,7 @@ from rules.money import (
     MoneySpec,
     above,
     at_or_above,
+    expand,
     iso_currency,
     largest,
     minor_units,
@@ -66,6 +67,16 @@ def specs_of(action) -> list[MoneySpec] | None:
     if action.money is None:
         return None
     return [MoneySpec.from_dict(item) for item in action.money]
+
+
+def spec_at(action, path: str) -> MoneySpec | None:
+    """The declaration that names ``path`` (``payload.lines.1.amount`` is named by
+    ``payload.lines.*.amount``); None for an undeclared kind or a path no entry names."""
+    document = {"payload": action.payload}
+    for spec in specs_of(action) or []:
+        if any(found == path for found, _ in expand(document, spec)):
+            return spec
+    return None
 
 
 def amounts(action, payload: dict | None = None) -> list[Amount]:

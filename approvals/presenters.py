@@ -171,10 +171,9 @@ def money_for_path(action: Action, path: str, value, found: dict | None = None) 
     amount = (found if found is not None else amounts_by_path(action)).get(path)
     if amount is None or not isinstance(value, int) or isinstance(value, bool):
         return None
-    if action.money is not None:
-        spec = next((s for s in action_money.specs_of(action) or [] if s.amount == path), None)
-        if spec is not None and not spec.minor_units:
-            return None  # the value is in major units: shown as it is
+    spec = action_money.spec_at(action, path)
+    if spec is not None and not spec.minor_units:
+        return None  # the value is in major units: shown as it is
     return Money(value, amount.currency)
 
 

@@ -17,7 +17,7 @@ import pytest
 from django.test import Client
 
 from approvals import money as action_money
-from approvals import services
+from approvals import presenters, services
 from approvals.models import Action, ActionStatus
 from audit.models import AuditEvent
 from tests.factories import install_rules, make_action
@@ -322,3 +322,17 @@ def test_a_budget_sends_amounts_in_two_currencies_to_review(agent):
     action = make_action(agent.agent, kind="fx.swap", payload=payload, editable=[])
     assert action.status == ActionStatus.PENDING
     assert "budget of 'swaps'" in json.dumps(action.rule_trace)
+
+
+def test_a_major_units_list_element_is_never_shown_as_minor_units(agent):
+    # payload.lines.0.value is named by payload.lines.*.value: 10 there is $10, not $0.10.
+    install_rules(
+        f"rules: []\nkinds:\n  {KIND}:\n    money: [{{amount: payload.lines.*.value, "
+        "currency: payload.currency, minor_units: false}]"
+    )
+    action = make_action(
+        agent.agent, kind=KIND, payload={"lines": [{"value": 10}], "currency": "USD"}, editable=[]
+    )
+    assert action_money.spec_at(action, "payload.lines.0.value").minor_units is False
+    assert presenters.money_for_path(action, "payload.lines.0.value", 10) is None
+    assert action_money.spec_at(action, "payload.currency") is None
