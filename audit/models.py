@@ -97,23 +97,6 @@ class AuditEvent(models.Model):
             self.prev_hash.encode("ascii") + encode(self.hashed_fields())
         ).hexdigest()
 
-    def hash_parts(self) -> tuple[bytes, bytes]:
-        """The current scheme's encoding around the two values only the chain's lock knows.
-
-        For every ``at`` and ``seq``, ``head + canonical_json(format_at(at)) + tail
-        + str(seq) + "}"`` is byte for byte ``canonical_json(hashed_fields())``: the
-        keys sort as ``action_id, actor_id, actor_ref, actor_type`` < ``at`` <
-        ``data, event, scheme`` < ``seq``. PostgreSQL's append (``audit.chain``)
-        fills them in under the lock; ``tests/audit/test_audit_chain_sql.py`` holds the
-        two encodings together.
-        """
-        if self.scheme != CURRENT_SCHEME:
-            raise ValueError("only the current scheme is appended")
-        fields = self._content_fields()
-        before = canonical_json({k: v for k, v in fields.items() if k < "at"})
-        after = canonical_json({k: v for k, v in fields.items() if k > "at"})
-        return before[:-1] + b',"at":', b"," + after[1:-1] + b',"seq":'
-
     def hash_matches(self) -> bool:
         """Does the stored event hash to its ``hash``?
 

@@ -32,7 +32,7 @@ def _client(request) -> dict:
 @receiver(user_logged_in)
 def record_login(sender, request, user, **kwargs):
     data = _client(request)
-    if getattr(user, "backend", "") == "impri.oidc.ImpriOIDCBackend":
+    if getattr(user, "backend", "") == "identity.oidc.ImpriOIDCBackend":
         data["method"] = "oidc"  # single sign-on (docs/sso.md); a password login names none
     with transaction.atomic():
         log.record(

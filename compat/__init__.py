@@ -1,40 +1,17 @@
 """Every use of a third-party library's private API, one module per upstream.
 
-Each module holds the override itself (a copied method, a replaced attribute, a
-private hook), says in its docstring what it overrides, why, what it was
-measured to buy, and exposes ``WRITTEN_FOR``: the distributions and version
-series it was read against. ``tests/project/test_compat.py`` fails when an installed
-version leaves that series, naming the code to re-read before moving the pin.
+Only what correctness needs stays here: the SSRF guard's httpx pool (``httpx``), the two
+OIDC endpoints learnt at sign-in (``mozilla_django_oidc``), the test-transaction check
+(``django.in_code_atomic_block``) and the MCP stdio door that reads each line one way
+(``mcp``). Each module's docstring says what it overrides, why (its reason) and how it
+goes away (its exit plan: the upstream change that would let Impri use a public API).
 
-These modules import the standard library and third-party code only, never
-Impri's apps: they sit below everything else.
+``tests/project/test_compat.py`` checks the upstream *behaviour* each one relies on (a test
+case's atomic blocks still carry Django's mark, httpx still sends through the pool it is
+given, the library still reads the endpoints at request time, the SDK still serves over
+the streams it is given), so a patch release that keeps the behaviour passes and one that
+breaks it fails, on CI's newest-versions leg the day it ships.
+
+These modules import the standard library and third-party code only, never Impri's apps:
+they sit below everything else.
 """
-
-from __future__ import annotations
-
-from importlib.metadata import version
-
-
-def series(spec: str, installed: str) -> bool:
-    """Whether ``installed`` is in the series ``spec`` names: ``"5.2"`` takes 5.2.x only."""
-    wanted = spec.split(".")
-    return installed.split(".")[: len(wanted)] == wanted
-
-
-def out_of_series(written_for: dict[str, str]) -> dict[str, str]:
-    """``{distribution: installed version}`` for each one outside its pinned series."""
-    found = {name: version(name) for name in written_for}
-    return {name: v for name, v in found.items() if not series(written_for[name], v)}
-
-
-def source_digest(target: str) -> str:
-    """The SHA-256 (first 16 hex digits) of the installed source of ``module:qualname``."""
-    import hashlib
-    import importlib
-    import inspect
-
-    module_name, _, qualname = target.partition(":")
-    found = importlib.import_module(module_name)
-    for part in qualname.split("."):
-        found = getattr(found, part)
-    return hashlib.sha256(inspect.getsource(found).encode()).hexdigest()[:16]

@@ -5,7 +5,7 @@ from settings (``OIDC_OP_*``) and refuses to build without them, and Django buil
 every authentication backend for every login, password ones included; its
 ``OIDCAuthenticationRequestView.__init__`` does the same for the authorization
 endpoint. Impri learns the endpoints from the issuer's discovery document at the
-first sign-in (``impri.oidc.provider``), so that nothing is fetched while Django
+first sign-in (``identity.oidc.provider``), so that nothing is fetched while Django
 builds a backend and password logins (the break-glass path) keep working when the
 provider is away. So:
 
@@ -17,10 +17,19 @@ provider is away. So:
   ``redirect_to_provider`` sets ``self.OIDC_OP_AUTH_ENDPOINT``, which the library's
   ``get`` reads, just before calling it.
 
-Needed for behaviour (logins while the provider is away), not speed. Re-read
-``mozilla_django_oidc/auth.py`` (``__init__``, ``retrieve_matching_jwk``,
-``get_token``, ``get_userinfo``) and ``views.py`` (``OIDCAuthenticationRequestView``)
-before moving ``WRITTEN_FOR`` (``tests/project/test_compat.py``).
+Reason: logins while the provider is away (behaviour, not speed).
+
+Relies on: the library's methods reading ``self.OIDC_OP_*_ENDPOINT`` when they run
+(``get_token``, ``get_userinfo``, ``retrieve_matching_jwk``) and its view's ``get`` reading
+``self.OIDC_OP_AUTH_ENDPOINT``, with nothing else of the skipped constructors needed later.
+``tests/project/test_compat.py`` builds the backend with no endpoint configured, runs the
+library's own ``get_token`` and ``get_userinfo`` against a local server named only when
+they ask, and follows the view's redirect to an endpoint given at request time.
+
+Exit plan: when mozilla-django-oidc reads the endpoints lazily itself (or takes a
+discovery URL: mozilla/mozilla-django-oidc's issues on OIDC discovery), set them as its
+settings or give it the issuer, and delete this module; if it never does, make the code
+exchange in our own callback view (three requests) and drop the library.
 """
 
 from __future__ import annotations
@@ -30,13 +39,6 @@ from django.contrib.auth import get_user_model
 from django.views.generic import View
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.views import OIDCAuthenticationRequestView
-
-WRITTEN_FOR = {"mozilla-django-oidc": "5.0"}
-UPSTREAM = {
-    "mozilla_django_oidc.auth:OIDCAuthenticationBackend.__init__": "43ce3319d694a197",
-    "mozilla_django_oidc.views:OIDCAuthenticationRequestView.__init__": "2d8265ae742dadff",
-    "mozilla_django_oidc.views:OIDCAuthenticationRequestView.get": "34109cc6d1260eae",
-}
 
 
 class LazyEndpointsBackend(OIDCAuthenticationBackend):

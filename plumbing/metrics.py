@@ -1,7 +1,7 @@
 """The process's Prometheus registry and the instruments code below the project writes to.
 
 The collectors that read the database, and the ``/metrics`` view, are the
-project's (``impri.metrics``); what an app observes as it runs (a waiter woken)
+project's (``ops.metrics``); what an app observes as it runs (a waiter woken)
 is recorded here, so no app imports the project.
 """
 

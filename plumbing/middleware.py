@@ -1,14 +1,15 @@
 """The base every middleware of Impri's stands on, and the one 413 body.
 
-The middleware themselves (body limit, static files, API headers) are the
-project's (``impri.middleware``); apps that add one of their own (the inbox,
+The NUL refusal is here (the decision long-poll's consumer, ``waiting.consumers``, gives
+the same answer); the other middleware (body limit, API answers) are the project's
+(``impri.middleware``); apps that add one of their own (the inbox,
 two-factor, audit identity) subclass ``DualModeMiddleware`` from here.
 """
 
 from __future__ import annotations
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
-from django.http import JsonResponse
+from django.http import HttpResponseBadRequest, JsonResponse
 
 
 def too_large(limit: int) -> dict:
@@ -67,3 +68,28 @@ class DualModeMiddleware:
 
     def after(self, request, response):
         return response
+
+
+class RefuseNulMiddleware(DualModeMiddleware):
+    """Refuse a NUL in the path or the query string before any view sees it.
+
+    PostgreSQL can't hold a NUL in text, so a lookup with one fails inside the
+    database driver; no Impri id, filter or name ever contains one. The API
+    answers a 422 naming the parameter, a page a plain 400.
+    """
+
+    def before(self, request):
+        field = None
+        if "\x00" in request.path:
+            field = "path"
+        else:
+            for name, values in request.GET.lists():
+                if "\x00" in name or any("\x00" in value for value in values):
+                    field = name.replace("\x00", "\\x00")
+                    break
+        if field is None:
+            return None
+        detail = f"{field}: must not contain NUL characters"
+        if request.path.startswith(("/api/", "/mcp")):
+            return JsonResponse({"detail": detail, "code": "invalid", "field": field}, status=422)
+        return HttpResponseBadRequest(detail, content_type="text/plain; charset=utf-8")

@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import socket
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import httpcore
@@ -89,27 +90,27 @@ def embedded_ipv4(ip: IPAddress) -> ipaddress.IPv4Address | None:
     return None
 
 
+# Why an address is not a public destination: the first test that holds names it.
+_NOT_PUBLIC: tuple[tuple[Callable[[IPAddress], bool], str], ...] = (
+    (lambda a: a.is_unspecified, "the unspecified address"),
+    (lambda a: a.is_loopback, "a loopback address"),
+    (lambda a: a.is_link_local, "a link-local address"),
+    (lambda a: a in SHARED, "a shared (CGNAT) address"),
+    (lambda a: a in UNIQUE_LOCAL, "a unique-local address"),
+    (lambda a: a.is_multicast, "a multicast address"),
+    (lambda a: a.is_private, "a private address"),
+    (lambda a: a.is_reserved or not a.is_global, "a reserved address"),
+)
+
+
 def category(ip: IPAddress) -> str | None:
     """Why an address is not a public destination, or None if it is one."""
     for address in (ip, embedded_ipv4(ip)):
         if address is None:
             continue
-        if address.is_unspecified:
-            return "the unspecified address"
-        if address.is_loopback:
-            return "a loopback address"
-        if address.is_link_local:
-            return "a link-local address"
-        if address in SHARED:
-            return "a shared (CGNAT) address"
-        if address in UNIQUE_LOCAL:
-            return "a unique-local address"
-        if address.is_multicast:
-            return "a multicast address"
-        if address.is_private:
-            return "a private address"
-        if address.is_reserved or not address.is_global:
-            return "a reserved address"
+        for holds, label in _NOT_PUBLIC:
+            if holds(address):
+                return label
     return None
 
 

@@ -1,1 +1,0 @@
-"""Impri's SQLite database backend (see ``base``)."""
