@@ -6,9 +6,9 @@ class ApprovalsConfig(AppConfig):
     verbose_name = "Approvals"
 
     def ready(self) -> None:
-        from audit import identity
+        # deferred: models and receivers load in AppConfig.ready, once the app registry is ready
         from plumbing import public_url  # noqa: F401  (registers the IMPRI_BASE_URL system check)
 
-        from .models import Agent, GroupNotificationSettings, SsoIdentity
+        from . import group_cache
 
-        identity.connect_agents_and_notifications(Agent, GroupNotificationSettings, SsoIdentity)
+        group_cache.connect()  # what moves the groups' generation

@@ -1,7 +1,7 @@
 """Past actions as the rules saw them when they were pushed: what a backtest replays.
 
-``rules.backtest`` reads them through ``settings.IMPRI_BACKTEST_HISTORY`` (rules
-never import this app; this app depends on rules).
+The rules' adapters (``ops.admin.rules``, ``impri rules``) hand them to ``rules.backtest``:
+the rule engine never imports this app, which depends on it.
 """
 
 from __future__ import annotations

@@ -6,6 +6,16 @@ same errors into tool errors with the same message.
 
 from __future__ import annotations
 
+import logging
+
+import psycopg
+from django.db import DatabaseError
+
+from plumbing import fallbacks
+
+# The REST API's logger: an unexpected error is logged under it, whichever adapter met it.
+api_logger = logging.getLogger("agent_doors.api")
+
 
 class ImpriError(Exception):
     status_code = 400
@@ -111,3 +121,34 @@ class RateLimited(ImpriError):
     def __init__(self, message: str, *, retry_after: int = 60):
         super().__init__(message)
         self.retry_after = max(1, int(retry_after))
+
+
+# --- The API's error envelope, one for every adapter that answers HTTP -----------------
+#
+# The REST API's exception handlers (``agent_doors.api``) and the decision long-poll's
+# consumer (``waiting.consumers``) both answer through ``answer_to``: the same status,
+# body and headers for the same failure.
+
+NOT_AUTHENTICATED = "missing, unknown or revoked key: send Authorization: Bearer <key>"
+
+
+def not_authenticated() -> NotAuthenticated:
+    """The 401 of a request without a valid key."""
+    return NotAuthenticated(NOT_AUTHENTICATED)
+
+
+def answer_to(exc: BaseException, where: str) -> tuple[int, dict, dict[str, str]]:
+    """``(status, body, headers)`` answering ``exc``; ``where`` ("GET /path") names it in the log.
+
+    A domain error answers its own status and body; the database away is 503; anything else
+    a logged 500. Nothing on the API answers an HTML page.
+    """
+    if isinstance(exc, ImpriError):
+        headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, RateLimited) else {}
+        return exc.status_code, exc.as_dict(), headers
+    if isinstance(exc, DatabaseError | psycopg.Error):
+        fallbacks.note("database", "the API answers 503", exc)
+        body = {"detail": "the database is unavailable; retry shortly", "code": "unavailable"}
+        return 503, body, {}
+    api_logger.error("unexpected error on %s", where, exc_info=(type(exc), exc, exc.__traceback__))
+    return 500, {"detail": "internal error; it was logged", "code": "internal"}, {}

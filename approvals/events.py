@@ -1,7 +1,7 @@
 """Telling waiters that an action changed: channel-layer groups, after commit.
 
 Messages are hints, never the truth: a woken waiter re-reads the row, and the
-waiter hub (``approvals.services.waiting``) re-reads every watched action in one batched
+waiter hub (``waiting.hub``) re-reads every watched action in one batched
 query each interval. So a message lost to a full channel or a Redis outage
 costs at most one re-read interval, never a wrong answer.
 """
@@ -24,8 +24,14 @@ logger = logging.getLogger(__name__)
 LAYER_CALL_TIMEOUT_S = 2.0
 
 
+# The ``CHANNEL_LAYERS`` alias the waiter hub (``waiting.hub``) listens on for its wake-ups:
+# an action's group gets its messages there; the inboxes' groups stay on ``default``.
+WAKE_LAYER = "waiting"
+ACTION_GROUP_PREFIX = "action."
+
+
 def action_group(action_id: str) -> str:
-    return f"action.{action_id}"
+    return f"{ACTION_GROUP_PREFIX}{action_id}"
 
 
 # Reviewers' inboxes listen per review group; superusers see every group.
@@ -72,21 +78,34 @@ serving_loop: asyncio.AbstractEventLoop | None = None
 
 
 def publish_many(sends: list[tuple[str, dict]]) -> None:
-    """Send each ``(group, message)``; from a thread of a serving process, without waiting."""
+    """Send each ``(group, message)``; from a thread of a serving process, without waiting.
+
+    An action's group goes to the waiters' layer (``WAKE_LAYER``), the rest to ``default``.
+    """
     layer = get_channel_layer()
+    wake_layer = get_channel_layer(WAKE_LAYER)
+    wakes = [(g, m) for g, m in sends if g.startswith(ACTION_GROUP_PREFIX)]
+    sends = [(g, m) for g, m in sends if not g.startswith(ACTION_GROUP_PREFIX)]
+    if wake_layer is None:
+        wakes = []
     if layer is None:
-        return
+        sends = []
     loop = serving_loop
     if loop is not None and loop.is_running() and not _in_loop(loop):
         urgent = [(g, m) for g, m in sends if m.get("type") != INBOX_UPDATE]
         routine = [(g, m) for g, m in sends if m.get("type") == INBOX_UPDATE]
-        if urgent:  # waiters and socket closes go at once
+        if wakes:  # waiters go at once
+            loop.call_soon_threadsafe(_spawn, loop, _send_all(wake_layer, wakes))
+        if urgent:  # socket closes too
             loop.call_soon_threadsafe(_spawn, loop, _send_all(layer, urgent))
         if routine:
             loop.call_soon_threadsafe(_coalesce, loop, layer, routine)
         return
     try:
-        async_to_sync(_send_all)(layer, sends)
+        if wakes:
+            async_to_sync(_send_all)(wake_layer, wakes)
+        if sends:
+            async_to_sync(_send_all)(layer, sends)
     except Exception as exc:  # never raised in practice: _send_all notes its failures
         fallbacks.note("channel_layer", "waiters learn of changes by the re-read", exc)
 

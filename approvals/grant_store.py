@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import jwt
 
+from approvals.models import IssuedGrant
+
 from .grants import claims_for, sign, signing_key
 
 
@@ -21,7 +23,6 @@ def issue(action) -> str | None:
     The stored row is cached on ``action`` (``action.issued_grant``), so the webhook written
     in the same transaction reads it without a query.
     """
-    from approvals.models import IssuedGrant
 
     claims = claims_for(action)
     if claims is None:
@@ -37,7 +38,6 @@ def grant_for(action) -> str | None:
     A decision made before grants were stored is signed on its first read and stored
     then; of two first reads at once, the row one of them stores is the one both return.
     """
-    from approvals.models import IssuedGrant
 
     if action.decided_at is None or not action.was_approved:
         return None

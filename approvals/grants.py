@@ -54,6 +54,9 @@ from django.conf import settings
 from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
+from approvals.models import GrantSigningKey, IssuedGrant
+
+from . import grant_pem
 from .digests import payload_sha256
 
 logger = logging.getLogger(__name__)
@@ -102,19 +105,6 @@ def _configured_pem() -> bytes | None:
     return None
 
 
-def _load_pem(pem: bytes) -> Ed25519PrivateKey:
-    key = serialization.load_pem_private_key(pem, password=None)
-    if not isinstance(key, Ed25519PrivateKey):
-        raise ValueError("the grant signing key must be an Ed25519 private key (PEM, PKCS#8)")
-    return key
-
-
-def _pem(key: Ed25519PrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-
-
 def _write_new(path: Path, key: Ed25519PrivateKey) -> bool:
     """Write ``key`` to ``path`` unless it exists (another process won the race)."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -123,13 +113,8 @@ def _write_new(path: Path, key: Ed25519PrivateKey) -> bool:
     except FileExistsError:
         return False
     with os.fdopen(fd, "wb") as out:
-        out.write(_pem(key))
+        out.write(grant_pem.dump(key))
     return True
-
-
-def new_pem() -> str:
-    """A new Ed25519 signing key as PEM text (``impri grantkey new``): no database, no files."""
-    return _pem(Ed25519PrivateKey.generate()).decode()
 
 
 def _source() -> str:
@@ -152,7 +137,7 @@ def signing_key() -> SigningKey:
                         raise KeyRefused(NO_SHARED_KEY)
                     _write_new(path, Ed25519PrivateKey.generate())
                 pem = path.read_bytes()
-            private = _load_pem(pem)
+            private = grant_pem.load(pem)
             cached = _cache["signing"] = SigningKey(
                 private, public_jwk(private.public_key())["kid"], _source()
             )
@@ -166,7 +151,6 @@ def publish() -> str:
     never published again (:class:`KeyRefused`): its grants stay refused, and the
     process must be given the deployment's current key.
     """
-    from approvals.models import GrantSigningKey
 
     if _shared_only:
         raise KeyRefused("this process signs with the servers' published key; it publishes none")
@@ -252,7 +236,6 @@ def use_shared_key() -> str:
     its kid; :class:`KeyRefused` (one line naming the setting) when there is none, when a
     configured key was never published, or when it was retired.
     """
-    from approvals.models import GrantSigningKey
 
     global _shared_only
     _shared_only = True
@@ -288,7 +271,6 @@ def _note_signing(kid: str) -> None:
     _cache["noted"] = now
 
     def note() -> None:
-        from approvals.models import GrantSigningKey
 
         try:
             noted = GrantSigningKey.objects.filter(kid=kid, retired_at__isnull=True).update(
@@ -304,7 +286,6 @@ def _note_signing(kid: str) -> None:
 
 
 def _published() -> list:
-    from approvals.models import GrantSigningKey
 
     return list(GrantSigningKey.objects.filter(retired_at__isnull=True))
 
@@ -317,7 +298,6 @@ def keys_signing() -> list[str]:
 
 
 def _own_key_retired() -> bool:
-    from approvals.models import GrantSigningKey
 
     return GrantSigningKey.objects.filter(kid=signing_key().kid, retired_at__isnull=False).exists()
 
@@ -351,7 +331,6 @@ def retired_public_keys() -> list[Ed25519PublicKey]:
 def verifying_keys() -> dict[str, Ed25519PublicKey]:
     """Every key a grant of this deployment may be signed with, by kid: ours first.
     A retired key is not one of them, not even when this process signs with it."""
-    from approvals.models import GrantSigningKey
 
     rows = list(GrantSigningKey.objects.all())
     retired = {row.kid for row in rows if row.retired_at is not None}
@@ -378,7 +357,6 @@ def retire(kid: str, *, force: bool = False) -> None:
     ``IMPRI_KEY_LIVE_S`` is refused unless ``force``: that process's grants would be
     refused from then on.
     """
-    from approvals.models import GrantSigningKey
 
     if kid == signing_key().kid:
         raise KeyRefused(f"{kid} is the key this process signs with: it cannot be retired here")
@@ -426,8 +404,6 @@ def rotate() -> tuple[str, str]:
     os.replace(tmp, directory / "current.pem")
     forget_keys()
     try:
-        from approvals.models import GrantSigningKey
-
         with transaction.atomic():
             publish()
             GrantSigningKey.objects.filter(kid=old.kid).update(superseded_at=timezone.now())
@@ -495,6 +471,5 @@ def check(grant: str, action) -> dict:
 
 
 def _is_stored(grant: str, action) -> bool:
-    from approvals.models import IssuedGrant
 
     return IssuedGrant.objects.filter(action_id=action.pk, token=grant).exists()

@@ -234,6 +234,7 @@ class Action(models.Model):
 
     result_status = models.CharField(max_length=10, blank=True)
     result_detail = models.JSONField(null=True, blank=True)
+    result_reference = models.CharField(max_length=255, blank=True, db_index=True)  # re_...
     reported_at = models.DateTimeField(null=True, blank=True)
 
     objects = ActionQuerySet.as_manager()
@@ -470,30 +471,3 @@ class Notification(OutboxRow):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.channel} to {self.group} about {self.action_id}"
-
-
-class SsoIdentity(models.Model):
-    """A person at the identity provider (issuer + ``sub``) and the Impri user they sign in as.
-
-    Users are linked by this pair, never by a username or an e-mail the provider
-    sends later: both can change, and matching on them would let one person
-    take over another's account.
-    """
-
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sso_identities"
-    )
-    issuer = models.CharField(max_length=500)
-    subject = models.CharField(max_length=255)
-    created_at = models.DateTimeField(default=timezone.now)
-    last_login_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        verbose_name = "SSO identity"
-        verbose_name_plural = "SSO identities"
-        constraints = [
-            models.UniqueConstraint(fields=["issuer", "subject"], name="sso_identity_unique")
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.subject} at {self.issuer} → {self.user}"

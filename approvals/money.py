@@ -46,6 +46,7 @@ __all__ = [
     "MoneySpec",
     "above",
     "amounts",
+    "approved",
     "at_or_above",
     "guarded",
     "held",
@@ -158,3 +159,15 @@ def stored_amount(
     if top is None or top.minor is None:
         return None, ""
     return top.minor, top.currency
+
+
+def approved(action) -> dict[str, int] | None:
+    """What an approved action may move, per currency (magnitudes in minor units): its
+    declared amounts in the approved payload, totalled per currency. None when the kind
+    declares no money or an amount can't be read (reconciliation can't hold it to a figure)."""
+    if action.money is None:
+        return None
+    found = amounts(action)
+    if any(a.minor is None for a in found):
+        return None
+    return {total.currency: abs(total.minor or 0) for total in totals(found)}

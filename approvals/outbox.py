@@ -9,7 +9,6 @@ so a delivery doesn't wait for the next beat.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import threading
@@ -22,11 +21,12 @@ from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, Model, OuterRef
 
-from compat.django import CompiledQuery
 from plumbing import fallbacks
+from plumbing.celery import app
 
+from . import group_cache
 from .models import Action, Notification, WebhookDelivery
 from .presenters import decision_out
 
@@ -53,10 +53,13 @@ class GroupChannel:
     anyone in it can be reached this way, read in the same query as the group's
     settings so a group nobody can reach costs a push no statement of its own.
     ``enqueue(action, group, kind)`` writes its rows, in the change's transaction.
+    ``watch``: the models whose saves and deletes change whom it reaches (a phone's
+    registration): each starts a new generation of ``group_cache``, which keeps the answer.
     """
 
     reachable: Callable[[], Exists]
     enqueue: Callable[[Action, Group, str], object]
+    watch: tuple[type[Model], ...] = ()
 
 
 # Filled by the apps that keep such an outbox, in their AppConfig.ready: the core never
@@ -66,6 +69,8 @@ GROUP_CHANNELS: dict[str, GroupChannel] = {}
 
 def add_group_channel(name: str, channel: GroupChannel) -> None:
     GROUP_CHANNELS[name] = channel
+    for model in channel.watch:
+        group_cache.watch(model)
 
 
 def enqueue_notifications(action: Action, group: Group, kind: str) -> int:
@@ -94,51 +99,46 @@ class _Saved(NamedTuple):
     """The fields of a group's ``GroupNotificationSettings`` that choose its channels."""
 
     email_enabled: bool
-    extra_emails: list
+    extra_emails: tuple
     slack_webhook_url: str
 
 
 SAVED_FIELDS = _Saved._fields
-# A group id no group has: where the real one goes in the compiled statement's parameters.
-_ANY_GROUP = -20250101
 
 
-def _channel_config(group: Group) -> tuple[bool, _Saved | None, list[str]]:
+def _channel_config(group: Group) -> tuple[bool, _Saved | None, tuple[str, ...]]:
     """Whether an active member of the group has an address, the group's settings, and
-    the registered group channels that reach someone in it: one statement.
-
-    It runs on every push that reaches a queue: the ORM writes it, once per process
-    and database (``_compiled``); building and compiling it per push cost ~30 times
-    running it (docs/benchmarks.md).
+    the registered group channels that reach someone in it: one statement, kept by this
+    process for the groups' generation (``group_cache``: a change of the group, its
+    members, its settings or a channel's devices moves it, in every process).
     """
-    connection = transaction.get_connection()
+    return group_cache.cached("channels", group.pk, lambda: _read_channel_config(group))
+
+
+def _read_channel_config(group: Group) -> tuple[bool, _Saved | None, tuple[str, ...]]:
     names = tuple(GROUP_CHANNELS)
-    row = _compiled(connection.alias, names).first(connection, group.pk)
-    if row is None:  # the group is gone
-        return False, None, []
-    has_members, *rest = row
-    reached = [name for name, hit in zip(names, rest[: len(names)], strict=True) if hit]
-    saved_pk, *saved = rest[len(names) :]
-    return bool(has_members), _Saved(*saved) if saved_pk is not None else None, reached
-
-
-@functools.cache
-def _compiled(alias: str, names: tuple[str, ...]):
-    """The statement for any group, compiled by the ORM, with its value converters."""
     members = User.objects.filter(groups=OuterRef("pk"), is_active=True).exclude(email="")
     reach = {f"reaches_{name}": GROUP_CHANNELS[name].reachable() for name in names}
-    return CompiledQuery(
-        Group.objects.using(alias)
-        .filter(pk=_ANY_GROUP)
+    row = (
+        Group.objects.filter(pk=group.pk)
         .annotate(has_members=Exists(members), **reach)
         .values_list(
             "has_members",
             *reach,
             "notification_settings__pk",
             *(f"notification_settings__{field}" for field in SAVED_FIELDS),
-        ),
-        _ANY_GROUP,
+        )
+        .first()
     )
+    if row is None:  # the group is gone
+        return False, None, ()
+    has_members, *rest = row
+    reached = tuple(name for name, hit in zip(names, rest[: len(names)], strict=True) if hit)
+    saved_pk, email_enabled, extra_emails, slack_webhook_url = rest[len(names) :]
+    if saved_pk is None:
+        return bool(has_members), None, reached
+    # Kept by every thread of the process: nothing in it may change.
+    return bool(has_members), _Saved(email_enabled, tuple(extra_emails), slack_webhook_url), reached
 
 
 def kick_on_commit(task_name: str) -> None:
@@ -166,7 +166,6 @@ def _nudge_soon(task_name: str) -> None:
 
 
 def _send(task_name: str) -> None:
-    from plumbing.celery import app
 
     with _queued_lock:
         _queued.discard(task_name)

@@ -40,8 +40,19 @@ def _result(action: Action) -> dict | None:
     return {
         "status": action.result_status,
         "detail": action.result_detail,
+        "reference": action.result_reference or None,
         "reported_at": unix(action.reported_at),
     }
+
+
+# The one hook of an app above the core into an action's read: the ledger app appends its
+# reader here in its AppConfig.ready (the core never imports it). It returns the action's
+# ``reconciliation`` ({state, movements}) or None.
+RECONCILIATION: list = []
+
+
+def _reconciliation(action: Action) -> dict | None:
+    return RECONCILIATION[0](action) if RECONCILIATION else None
 
 
 def payload_diff(original: dict, approved: dict) -> str:
@@ -51,7 +62,10 @@ def payload_diff(original: dict, approved: dict) -> str:
     return "\n".join(difflib.unified_diff(before, after, "original", "approved", lineterm=""))
 
 
-def action_out(action: Action, base_url: str) -> dict:
+def action_out(action: Action, base_url: str, *, reconciliation: bool = False) -> dict:
+    """The action as agents and reviewers read it; ``reconciliation``: read what the payment
+    processor moved for it (one or two statements: the reads ask, the push, decide and list
+    answers don't and carry null)."""
     return {
         "action_id": action.pk,
         "agent": action.agent.name,
@@ -77,6 +91,7 @@ def action_out(action: Action, base_url: str) -> dict:
         "reason": action.reject_reason or None,
         "edited_by_human": action.edited_by_human,
         "result": _result(action),
+        "reconciliation": _reconciliation(action) if reconciliation else None,
         "inbox_url": inbox_url(action, base_url),
     }
 

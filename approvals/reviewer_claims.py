@@ -18,6 +18,7 @@ from django.utils import timezone
 from . import events
 from .errors import ActionNotPending, Forbidden
 from .models import Action, Claim
+from .services import can_review
 
 # "released after 10 minutes": a claim nobody renews runs out on its own.
 CLAIM_TTL = timedelta(minutes=10)
@@ -37,7 +38,6 @@ def claim(action: Action, user) -> Claim:
 
     The caller has checked that ``user`` may review the action (``services.can_review``).
     """
-    from .services import can_review
 
     if not can_review(user, action):
         raise Forbidden("you are not a reviewer of this action's group")

@@ -1,8 +1,8 @@
 """Admin for the background outboxes: webhook deliveries (with every attempt) and notifications.
 
 Deliveries and notifications are read-only records of what was sent; only a
-group's notification settings are edited here. Import this module from
-``approvals.admin`` to register it.
+group's notification settings are edited here. Django's admin autodiscovery registers
+it, as it does ``ops.admin`` (the core's own models).
 """
 
 from __future__ import annotations

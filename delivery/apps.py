@@ -15,6 +15,7 @@ class DeliveryConfig(AppConfig):
     verbose_name = "Delivery"
 
     def ready(self) -> None:
+        # deferred: models and receivers load in AppConfig.ready, once the app registry is ready
         from . import notices, outboxes, webhooks
 
         # The apps above add theirs; the retention's summary lists them in this order.

@@ -41,6 +41,8 @@ import httpx
 from django.conf import settings
 from django.db import connection
 
+from plumbing import outbound
+
 logger = logging.getLogger(__name__)
 
 # Outcomes of one send (delivery.sending defines the same names).
@@ -98,8 +100,6 @@ class Lane:
 
     def _fresh(self) -> None:
         if self._pid != os.getpid():
-            from plumbing import outbound
-
             self._pid = os.getpid()
             self._pool = ThreadPoolExecutor(
                 max_workers=concurrency(), thread_name_prefix=f"impri-{self.name}"

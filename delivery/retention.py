@@ -24,6 +24,8 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from rules.models import BudgetCounter
+
 from . import outboxes
 
 logger = logging.getLogger(__name__)
@@ -75,7 +77,6 @@ def _prune_outbox(box: outboxes.Outbox, finished_before: Q) -> dict[str, int]:
 
 
 def _prune_budgets(cutoff: datetime) -> int:
-    from rules.models import BudgetCounter
 
     pruned = 0
     while ids := list(

@@ -1,6 +1,6 @@
 """``/mcp/gateway/<name>``: each configured gateway's MCP server over streamable HTTP.
 
-One ``MCPHttpApp`` (``approvals/mcp/http.py``: stateless, SSE, agent-key auth) per
+One ``MCPHttpApp`` (``agent_doors/mcp/http.py``: stateless, SSE, agent-key auth) per
 gateway name, made on its first request. The app holds no configuration: the
 gateway's policies are read on every request.
 
@@ -13,37 +13,46 @@ gateway names cannot be probed without a key.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 
 from approvals.errors import RateLimited
 from identity import keys
-from plumbing import db_threads
+from plumbing.database import database_sync_to_async
 
 from . import services
 from .models import NAME_RE
 
 GATEWAY_PREFIX = "/mcp/gateway/"
 MISSING = "-"  # outside NAME_RE: the app that answers callers without a key for unknown names
-_apps: dict = {}  # name -> approvals.mcp.http.MCPHttpApp
+_apps: dict = {}  # name -> agent_doors.mcp.http.MCPHttpApp
 
 
 async def gateway_app(scope, receive, send):
     name = scope["path"][len(GATEWAY_PREFIX) :].rstrip("/")
-    if not NAME_RE.fullmatch(name) or not await db_threads.run(services.exists, name):
+    if not NAME_RE.fullmatch(name) or not await database_sync_to_async(services.exists)(name):
         if await _has_agent_key(scope):
             return await _not_found(send, name)
         path = GATEWAY_PREFIX + MISSING
         name, scope = MISSING, {**scope, "path": path, "raw_path": path.encode()}
     app = _apps.get(name)
     if app is None:
-        # The MCP SDK loads with the first gateway request, not at start (impri.asgi's
-        # MountedOnFirstCall says why), on a thread: the import takes a second or more.
-        http = await asyncio.to_thread(importlib.import_module, "approvals.mcp.http")
-        proxy = await asyncio.to_thread(importlib.import_module, "gateway.proxy")
-        server = proxy.build_gateway_server(name, verifier=http.AgentKeyVerifier())
-        app = _apps.setdefault(name, http.MCPHttpApp(server, path=GATEWAY_PREFIX + name))
+        # On a thread: the first import of the MCP SDK takes a second or more.
+        mcp_http_app, verifier, build_gateway_server = await asyncio.to_thread(_load_mcp)
+        server = build_gateway_server(name, verifier=verifier())
+        app = _apps.setdefault(name, mcp_http_app(server, path=GATEWAY_PREFIX + name))
     await app(scope, receive, send)
+
+
+def _load_mcp():
+    """The MCP SDK's app and this gateway's server, with the first gateway request (as
+    impri.asgi's MountedOnFirstCall mounts /mcp): serve starts without the SDK."""
+    # deferred: the MCP SDK, never at serve's start (tests/project/test_serve_footprint.py)
+    from agent_doors.mcp.http import AgentKeyVerifier, MCPHttpApp
+
+    # deferred: the MCP SDK, never at serve's start (tests/project/test_serve_footprint.py)
+    from .proxy import build_gateway_server
+
+    return MCPHttpApp, AgentKeyVerifier, build_gateway_server
 
 
 async def _has_agent_key(scope) -> bool:
@@ -53,7 +62,7 @@ async def _has_agent_key(scope) -> bool:
     if scheme.lower() != "bearer" or not token.strip():
         return False
     try:
-        principal = await db_threads.run(keys.authenticate, token.strip())
+        principal = await database_sync_to_async(keys.authenticate)(token.strip())
     except RateLimited:
         return False  # the gateway's own answer to it (429) comes from the app
     return principal is not None and principal.agent is not None

@@ -31,7 +31,7 @@ from django.db import transaction
 
 from audit import log as audit
 from audit.models import ActorType
-from plumbing import strict_json
+from plumbing import strict_json, yaml_errors
 
 from .models import Policy, ToolPolicy, Upstream, money_entry, money_problem
 
@@ -54,8 +54,6 @@ def parse_yaml(text: str) -> list[Parsed]:
     try:
         document = strict_json.load_yaml(text)
     except yaml.YAMLError as exc:
-        from plumbing import yaml_errors  # line, column and the offending line
-
         raise ConfigError(yaml_errors.describe(exc, text)) from None
     if isinstance(document, dict) and set(document) == {"gateways"}:
         document = document["gateways"]

@@ -33,10 +33,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, CallToolResult, TextContent, Tool
 from pydantic import ValidationError
 
-from approvals import grants
-from approvals import services as approvals
-from approvals.errors import ImpriError, InvalidInput
-from approvals.mcp.server import (
+from agent_doors.mcp.server import (
     AGENT_SCOPE,
     ImpriMCPServer,
     _base_url,
@@ -48,9 +45,14 @@ from approvals.mcp.server import (
     in_own_task,
     invalid,
 )
+from approvals import grants
+from approvals import services as approvals
+from approvals.errors import ImpriError, InvalidInput
 from approvals.models import Action, ActionStatus
 from approvals.presenters import inbox_url
-from plumbing import db_threads, public_url
+from plumbing import public_url
+from plumbing.database import database_sync_to_async
+from waiting import decisions
 
 from . import pins, services, upstream
 from .models import Policy
@@ -144,17 +146,19 @@ class GatewayServer(ImpriMCPServer):
     async def survey(self) -> tuple[list[pins.ToolState], str]:
         """Ask the upstream and compare with the pins (holding any change); the pins alone
         when it cannot be reached, with the error."""
-        gateway = await db_threads.run(services.load, self.gateway)
+        gateway = await database_sync_to_async(services.load)(self.gateway)
         try:
             tools = await upstream.list_tools(Target.of(gateway))
         except (UpstreamError, UpstreamRefused) as exc:
             transport = isinstance(exc, UpstreamError)
-            await db_threads.run(services.record_state, self.gateway, str(exc) if transport else "")
+            await database_sync_to_async(services.record_state)(
+                self.gateway, str(exc) if transport else ""
+            )
             error = str(exc) if transport else f"upstream {self.gateway!r} refused to list: {exc}"
-            return await db_threads.run(pins.observe, self.gateway, None), error
+            return await database_sync_to_async(pins.observe)(self.gateway, None), error
         dumped = upstream.dump_tools(tools)
-        await db_threads.run(services.record_state, self.gateway, "", dumped)
-        return await db_threads.run(pins.observe, self.gateway, dumped), ""
+        await database_sync_to_async(services.record_state)(self.gateway, "", dumped)
+        return await database_sync_to_async(pins.observe)(self.gateway, dumped), ""
 
     async def list_tools(self) -> list[Tool]:
         states, error = await self.survey()
@@ -176,7 +180,7 @@ class GatewayServer(ImpriMCPServer):
     async def call_tool(self, name: str, arguments: dict[str, Any], context=None):
         try:
             agent = await current_agent(context)
-            gateway, policy, verdict = await db_threads.run(_snapshot, self.gateway, name)
+            gateway, policy, verdict = await database_sync_to_async(_snapshot)(self.gateway, name)
             if verdict == Policy.DENY:
                 return _error(
                     f"Denied: {name} is not available through the Impri gateway {self.gateway!r} "
@@ -191,7 +195,7 @@ class GatewayServer(ImpriMCPServer):
                 )
             target = Target.of(gateway)
             if verdict == Policy.ALLOW:
-                pin = await db_threads.run(pins.pin_for, self.gateway, name)
+                pin = await database_sync_to_async(pins.pin_for)(self.gateway, name)
                 if pin is not None and pin.held:
                     return _held_error(self.gateway, name)
                 return await self._pass(
@@ -203,12 +207,14 @@ class GatewayServer(ImpriMCPServer):
 
     async def _pass(self, ctx, agent, target: Target, name: str, arguments: dict, *, redact: bool):
         async def check(tools: list[Tool]) -> None:
-            states = await db_threads.run(pins.observe, self.gateway, upstream.dump_tools(tools))
+            states = await database_sync_to_async(pins.observe)(
+                self.gateway, upstream.dump_tools(tools)
+            )
             if any(s.name == name and s.state in ("changed", "new") for s in states):
                 raise Held(name)
             # Not offered at all: forwarded, and the upstream answers for itself.
 
-        audit_pass = db_threads.wrap(services.record_pass)
+        audit_pass = database_sync_to_async(services.record_pass)
         try:
             result = await upstream.call_tool(
                 target, name, arguments, check=check, progress=_forwarder(ctx)
@@ -217,12 +223,14 @@ class GatewayServer(ImpriMCPServer):
             return _held_error(self.gateway, name)
         except (UpstreamError, UpstreamRefused) as exc:
             transport = isinstance(exc, UpstreamError)
-            await db_threads.run(services.record_state, self.gateway, str(exc) if transport else "")
+            await database_sync_to_async(services.record_state)(
+                self.gateway, str(exc) if transport else ""
+            )
             await audit_pass(agent, self.gateway, name, arguments, redact=redact, error=str(exc))
             if transport:
                 return _error(f"Upstream unavailable: {exc}. Impri did not retry the call.")
             return _error(f"The upstream refused the call to {name}: {exc}")
-        await db_threads.run(services.record_state, self.gateway)
+        await database_sync_to_async(services.record_state)(self.gateway)
         await audit_pass(agent, self.gateway, name, arguments, redact=redact)
         return result
 
@@ -246,7 +254,9 @@ class GatewayServer(ImpriMCPServer):
         except HeldTool:
             # An identical call approved before the change is carried out now, and
             # fails (tool_changed) without reaching the upstream: it ends, and says so.
-            action = await db_threads.run(services.approved_for, agent, gateway, name, arguments)
+            action = await database_sync_to_async(services.approved_for)(
+                agent, gateway, name, arguments
+            )
             if action is None:
                 raise
             meta = _action_meta(action, inbox_url(action, _base_url(ctx)))
@@ -256,8 +266,8 @@ class GatewayServer(ImpriMCPServer):
         if schema:
             check_arguments(schema, arguments)
         try:
-            action = await db_threads.run(
-                services.begin, agent, gateway, name, arguments, definition_sha256=pin.sha256
+            action = await database_sync_to_async(services.begin)(
+                agent, gateway, name, arguments, definition_sha256=pin.sha256
             )
         except ValidationError as exc:
             raise invalid(exc) from None
@@ -266,7 +276,7 @@ class GatewayServer(ImpriMCPServer):
             progress = _wants_progress(ctx)
             wait = _wait_seconds(None, progress=progress)
             action = await in_own_task(
-                approvals.await_decision(
+                decisions.wait_for_decision(
                     action.pk,
                     agent=agent,
                     timeout_s=wait,
@@ -287,7 +297,7 @@ class GatewayServer(ImpriMCPServer):
             )
         if status == ActionStatus.APPROVED:
             return await self._execute(ctx, agent, target, name, arguments, action, meta)
-        await db_threads.run(services.delivered, action.pk)
+        await database_sync_to_async(services.delivered)(action.pk)
         if status in (ActionStatus.EXECUTED, ActionStatus.FAILED):
             return _error(
                 f"Already handled: the approved call for action {action.pk} was made before and "
@@ -301,9 +311,8 @@ class GatewayServer(ImpriMCPServer):
     ):
         claims = grants.claims_for(action)
         grant = grants.sign(claims)
-        approved = await db_threads.run(services.definition_of, action.pk)
-        problem = await db_threads.run(
-            services.payload_problem,
+        approved = await database_sync_to_async(services.definition_of)(action.pk)
+        problem = await database_sync_to_async(services.payload_problem)(
             action.pk,
             agent,
             self.gateway,
@@ -311,36 +320,36 @@ class GatewayServer(ImpriMCPServer):
             arguments,
             action.payload,
         )
-        if not await db_threads.run(services.claim, action):
-            await db_threads.run(services.delivered, action.pk)
+        if not await database_sync_to_async(services.claim)(action):
+            await database_sync_to_async(services.delivered)(action.pk)
             return _error(
                 f"Already called: the upstream call for action {action.pk} was already made by "
                 f"another request; Impri never repeats it. Its result will be in {meta['inbox_url']}.",
                 meta,
             )
-        report = db_threads.wrap(approvals.report_result)
+        report = database_sync_to_async(approvals.report_result)
 
         async def check(tools: list[Tool]) -> None:
             """Just before the call, on its connection: still the definition that was approved?"""
             dumped = upstream.dump_tools(tools)
-            await db_threads.run(pins.observe, self.gateway, dumped)
+            await database_sync_to_async(pins.observe)(self.gateway, dumped)
             offered = next((t for t in dumped if t.get("name") == name), None)
             now = pins.sha256_of(offered) if offered is not None else None
             if not approved or now != approved:
                 raise ToolChanged(approved, now)
-            await db_threads.run(services.called, action, claims["jti"], approved)
+            await database_sync_to_async(services.called)(action, claims["jti"], approved)
 
         async def failed(detail: dict, text: str) -> CallToolResult:
             await report(
                 action.pk, agent=agent, status=ActionStatus.FAILED, detail=detail, grant=grant
             )
-            await db_threads.run(services.delivered, action.pk)
+            await database_sync_to_async(services.delivered)(action.pk)
             meta["status"] = ActionStatus.FAILED.value
             return _error(text, meta)
 
         if problem:
             # Not what a reviewer approved for this call: never sent upstream.
-            await db_threads.run(services.refuse_mismatch, action, self.gateway, problem)
+            await database_sync_to_async(services.refuse_mismatch)(action, self.gateway, problem)
             return await failed(
                 {"reason": "payload_mismatch", "problem": problem, "upstream": target.name},
                 f"Approved, but not executed: the approved payload of action {action.pk} is not "
@@ -365,23 +374,23 @@ class GatewayServer(ImpriMCPServer):
                 "An operator must review the change before the tool can be used again.",
             )
         except UpstreamRefused as exc:
-            await db_threads.run(services.record_state, self.gateway)
+            await database_sync_to_async(services.record_state)(self.gateway)
             return await failed(
                 {"reason": "upstream_error", "error": str(exc), "upstream": target.name},
                 f"Approved, but the upstream refused the call: {exc}. Action {action.pk} is "
                 "reported failed.",
             )
         except UpstreamError as exc:
-            await db_threads.run(services.record_state, self.gateway, str(exc))
+            await database_sync_to_async(services.record_state)(self.gateway, str(exc))
             return await failed(
                 {"error": str(exc), "upstream": target.name},
                 f"Approved, but the upstream call failed: {exc}. Action {action.pk} is reported "
                 "failed. Impri did not retry it: check with the user before trying again.",
             )
         status = ActionStatus.FAILED if result.is_error else ActionStatus.EXECUTED
-        await db_threads.run(services.record_state, self.gateway)
+        await database_sync_to_async(services.record_state)(self.gateway)
         await report(action.pk, agent=agent, status=status, detail=_summary(result), grant=grant)
-        await db_threads.run(services.delivered, action.pk)
+        await database_sync_to_async(services.delivered)(action.pk)
         meta.update(
             status=status.value,
             edited_by_human=action.edited_by_human,

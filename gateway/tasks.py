@@ -35,6 +35,7 @@ def refresh_due(now=None) -> int:
         return 0
     # The MCP client SDK (and its HTTP stack) is loaded by the first refresh that asks an
     # upstream, not by every worker at start: most deployments run no gateway.
+    # deferred: the MCP SDK: an idle worker never loads it (tests/project/test_footprint.py)
     from . import upstream
 
     answered = 0

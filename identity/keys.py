@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.core.cache.backends.locmem import LocMemCache
 from django.core.exceptions import ValidationError
@@ -21,8 +21,8 @@ from audit import identity
 from audit import log as audit
 from audit.identity import current_actor
 from audit.models import ActorType
-from compat.django import columns, prepared_cursor
 from plumbing import fallbacks
+from plumbing.generations import Generation
 
 SECRET_CHARS = 40  # about 238 bits
 PREFIX_CHARS = 6
@@ -131,6 +131,7 @@ def revoke_key(key: ApiKey, *, by: str = "system") -> None:
         if ApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(
             revoked_at=timezone.now()
         ):
+            keys_changed()
             audit.record(
                 "key.revoked",
                 actor_type=ActorType.SYSTEM,
@@ -147,6 +148,7 @@ def rotate_webhook_secret(agent: Agent, *, by: str = "system") -> str:
     secret = new_webhook_secret()
     with transaction.atomic():
         Agent.objects.filter(pk=agent.pk).update(webhook_secret=secret)
+        keys_changed()  # a checked key carries its agent
         agent.webhook_secret = secret
         actor = identity.current_actor()  # the admin who pressed the button, with a stable ref
         if not actor["actor_ref"]:
@@ -178,40 +180,70 @@ def authenticate(raw: str) -> Principal | None:
 
 
 def _active_key(key_hash: str) -> ApiKey | None:
-    """The unrevoked key with this hash, its agent or user loaded: one plain SQL statement.
-
-    Kept as SQL because it measured: every API call and MCP session runs it, and its
-    ORM twin, ``ApiKey.objects.active().select_related("agent", "user")``, cost 14-19 %
-    of a push's CPU (docs/benchmarks.md, "Hand-written SQL and the ORM").
-    tests/core/test_hand_sql.py runs both on the same keys; ``compat.django.columns`` turns the
-    row into instances with the backend's converters, as the ORM would.
-    """
-    connection = transaction.get_connection()
-    quote = connection.ops.quote_name
-    User = get_user_model()
-    key_cols = columns(ApiKey, "k", connection.alias)
-    agent_cols = columns(Agent, "a", connection.alias)
-    user_cols = columns(User, "u", connection.alias)
-    with prepared_cursor(connection) as cursor:
-        cursor.execute(
-            f"SELECT {key_cols.sql}, {agent_cols.sql}, {user_cols.sql}"
-            f" FROM {quote(ApiKey._meta.db_table)} k"
-            f" LEFT JOIN {quote(Agent._meta.db_table)} a"
-            f" ON a.{quote(Agent._meta.pk.column)} = k.{quote('agent_id')}"
-            f" LEFT JOIN {quote(User._meta.db_table)} u"
-            f" ON u.{quote(User._meta.pk.column)} = k.{quote('user_id')}"
-            f" WHERE k.{quote('key_hash')} = %s AND k.{quote('revoked_at')} IS NULL",
-            [key_hash],
-        )
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    key = key_cols.instance(row[: len(key_cols)])
-    if key.agent_id is not None:
-        key.agent = agent_cols.instance(row[len(key_cols) : len(key_cols) + len(agent_cols)])
-    if key.user_id is not None:
-        key.user = user_cols.instance(row[len(key_cols) + len(agent_cols) :])
+    """The unrevoked key with this hash, its agent or user loaded: from this process's
+    cache while the keys' generation holds, else one query."""
+    generation = _GENERATION.current()
+    if generation is not None:
+        hit = _checked.get(key_hash)
+        if hit is not None and hit.generation == generation and hit.until > time.monotonic():
+            return _copy(hit.key)
+    found = ApiKey.objects.active().select_related("agent", "user").filter(key_hash=key_hash)
+    key = next(iter(found[:1]), None)  # the hash is unique: no ORDER BY
+    if key is not None and generation is not None:  # unknown keys are not kept: no growth
+        if len(_checked) >= KEY_CACHE_ENTRIES:
+            _checked.clear()
+        _checked[key_hash] = _Checked(generation, time.monotonic() + KEY_CACHE_S, _copy(key))
     return key
+
+
+# --- The key check's cache ---------------------------------------------------------------
+#
+# Every API call and MCP session checks its key. A process keeps the keys it found (with
+# their agent or user) by key hash, each tagged with the keys' *generation*: a random token
+# in the ``keys`` cache, which every change to a key, an agent or a user replaces
+# (``keys_changed``: on save and delete of the three models, and ``revoke_key``), before
+# and again after its commit. An entry of another generation is read again.
+#
+# The ``keys`` cache is the one every process of a deployment shares: Redis in the scaled
+# mode, a file in the data directory in the embedded mode (the server, the CLI and a stdio
+# MCP server share it). So a revoked key is refused at once, by every process. When the
+# cache cannot be read (Redis away), nothing is served from the process's cache and it is
+# emptied; ``KEY_CACHE_S`` bounds what a process keeps in any case.
+
+KEY_CACHE_S = 60.0
+KEY_CACHE_ENTRIES = 10_000
+
+
+@dataclass(frozen=True)
+class _Checked:
+    generation: str
+    until: float  # time.monotonic()
+    key: ApiKey
+
+
+_checked: dict[str, _Checked] = {}
+_GENERATION = Generation(
+    "keys:generation",
+    forget=_checked.clear,
+    unread="every key is checked in the database",
+    unsent="other processes keep their cached keys (for KEY_CACHE_S)",
+)
+
+
+def _copy(key: ApiKey) -> ApiKey:
+    """A caller's own instances: a request may change what it was given, not the cache's."""
+    mine = copy.copy(key)
+    if key.agent_id is not None:
+        mine.agent = copy.copy(key.agent)
+    if key.user_id is not None:
+        mine.user = copy.copy(key.user)
+    return mine
+
+
+def keys_changed(using: str = "default") -> None:
+    """A key, an agent or a user changed: every process checks keys in the database again
+    (now, and once more after the commit)."""
+    _GENERATION.changed(using)
 
 
 def _touch(key: ApiKey) -> None:
@@ -219,6 +251,9 @@ def _touch(key: ApiKey) -> None:
     now = timezone.now()
     if key.last_used_at is None or now - key.last_used_at > LAST_USED_RESOLUTION:
         ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
+        hit = _checked.get(key.key_hash)
+        if hit is not None:  # what the cached key says from now on
+            hit.key.last_used_at = now
 
 
 def _check_rate(key: ApiKey) -> None:

@@ -1,7 +1,7 @@
 """Single sign-on: the Impri user behind an identity provider's claims, and their groups.
 
 The OpenID Connect exchange itself (redirects, tokens, signatures) is
-``impri/oidc.py`` with mozilla-django-oidc; this module decides who the
+``identity/oidc.py`` with mozilla-django-oidc; this module decides who the
 verified claims are and which reviewer groups they belong to:
 
 1. The person is the pair (issuer, ``sub``): an :class:`SsoIdentity` links it to
@@ -24,8 +24,8 @@ from django.contrib.auth.models import Group
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from approvals.models import SsoIdentity
 from audit import identity
+from identity.models import SsoIdentity
 
 SOURCE = "oidc"
 _USERNAME_JUNK = re.compile(r"[^\w.@+-]")

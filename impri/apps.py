@@ -15,10 +15,11 @@ class ImpriConfig(AppConfig):
     verbose_name = "Impri"
 
     def ready(self) -> None:
+        # deferred: models and receivers load in AppConfig.ready, once the app registry is ready
         from . import checks  # noqa: F401  (registers impri.W003: replicas' grant keys differ)
 
 
 class ImpriAdminConfig(AdminConfig):
-    """Django's admin, with Impri's site (``impri.admin_site``) as the default one."""
+    """Django's admin, with Impri's site (``ops.admin_site``) as the default one."""
 
-    default_site = "impri.admin_site.ImpriAdminSite"
+    default_site = "ops.admin_site.ImpriAdminSite"

@@ -6,13 +6,14 @@ import logging
 
 from django.core import checks
 
+from approvals import grants
+
 logger = logging.getLogger(__name__)
 
 
 @checks.register(checks.Tags.compatibility)
 def grant_keys_agree(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     """Replicas that sign grants with different keys: a warning (grants still verify)."""
-    from approvals import grants
 
     try:
         problem = grants.several_keys_problem()

@@ -8,12 +8,21 @@ and turns a configuration error into one line on stderr instead of a traceback.
 
 from __future__ import annotations
 
+import logging.config
 import os
 import sys
 from importlib import metadata
 from pathlib import Path
 
-from impri import eventloop
+import django
+from django.conf import settings
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management import execute_from_command_line, get_commands, load_command_class
+from django.db import OperationalError
+
+from impri import eventloop, preflight
+from impri.management.commands.beat import Command
 from impri.settings_env import env
 
 # Long-running commands whose database pool is sized by role (impri/settings.py).
@@ -21,7 +30,8 @@ ROLES = ("serve", "worker", "beat", "mcp")
 # Where system-check warnings (impri.W001...) are printed: when a long-running process starts,
 # and when asked (`impri check`). Elsewhere (`impri rules import`, `impri token`...) only errors.
 WARN_ON = ("serve", "worker", "beat", "check")
-IMPRI_APPS = ("impri", "approvals", "rules", "audit", "inbox", "gateway", "slackapp", "twofactor")
+# The apps whose commands `impri help` lists as Impri's (the operator's commands live in ops).
+IMPRI_APPS = ("impri", "ops", "audit", "gateway", "ledger")
 HELP_ARGS = ([], ["help"], ["--help"], ["-h"])
 
 
@@ -41,7 +51,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args == ["grantkey", "new"]:
         # Before the settings: no database, no data directory (the README's secrets step).
-        from approvals.grants import new_pem
+        # deferred: before the settings, which this key goes into: no model, no data directory
+        from approvals.grant_pem import new_pem
 
         sys.stdout.write(new_pem())
         return
@@ -62,18 +73,26 @@ def main(argv: list[str] | None = None) -> None:
         return
     if not args or args[0] not in WARN_ON:
         _errors_only_from_checks()
-    from django.core.management import execute_from_command_line
-    from django.db import OperationalError
 
+    _execute(args)
+
+
+def _execute(args: list[str]) -> None:
+    """Django's command line, its database failures said in one operator line."""
     try:
         execute_from_command_line(["impri", *args])
     except OperationalError as exc:
-        from impri import preflight
-
         line = preflight.connection_failed(exc)
         if line is None:  # connected: a query failed, which is not the operator's to fix here
             raise
         _fail(line, code=1)
+    except OSError as exc:
+        # The embedded database's folder can't be used (a file where IMPRI_DATA_DIR should
+        # be, no permission): Django's checks meet it first, making the keys' file cache.
+        data_dir = str(settings.DATA_DIR)
+        if settings.DATABASE_URL or not str(exc.filename or "").startswith(data_dir):
+            raise
+        _fail(preflight.connection_failed(exc) or str(exc), code=1)
 
 
 def drop_working_directory() -> None:
@@ -96,8 +115,6 @@ def _fail(message: str, code: int = 2) -> None:
 
 def _load_settings() -> None:
     """Read the settings now, so that a bad variable is one line, not a traceback."""
-    from django.conf import settings
-    from django.core.exceptions import ImproperlyConfigured
 
     try:
         settings.INSTALLED_APPS  # noqa: B018  (the first access reads impri/settings.py)
@@ -113,11 +130,6 @@ def _run_without_apps(args: list[str]) -> None:
     defaults under it are for Django's own loggers (requests, an e-mail to ``ADMINS``),
     which beat never logs to; their e-mail handler alone would import the ORM.
     """
-    import logging.config
-
-    from django.conf import settings
-
-    from impri.management.commands.beat import Command
 
     logging.captureWarnings(True)  # as Django's configure_logging does
     logging.config.dictConfig(settings.LOGGING)
@@ -126,7 +138,6 @@ def _run_without_apps(args: list[str]) -> None:
 
 def _errors_only_from_checks() -> None:
     """System checks still stop a command on an error; their warnings wait for `impri serve`."""
-    from django.core import checks
 
     run_checks = checks.run_checks
 
@@ -157,8 +168,6 @@ def _refuse_a_fresh_database() -> None:
 
 
 def help_text() -> str:
-    import django
-    from django.core.management import get_commands, load_command_class
 
     django.setup()
 

@@ -38,6 +38,7 @@ def choose(command: str | None) -> str:
     if command != "serve" or wanted == "asyncio":
         return "asyncio"
     try:
+        # deferred: optional (none on Windows or PyPy), and only serve runs on it
         import uvloop
     except ImportError:
         if wanted == "uvloop":

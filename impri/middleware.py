@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 from django.conf import settings
-from django.http import HttpResponseBadRequest, JsonResponse
-from django.middleware.security import SecurityMiddleware
+from django.http import JsonResponse
+from django.middleware import common
 
 from plumbing.middleware import DualModeMiddleware, too_large_response
 
@@ -25,52 +25,26 @@ class BodySizeLimitMiddleware(DualModeMiddleware):
         return None
 
 
-class ApiSecurityMiddleware(DualModeMiddleware):
-    """Django's SecurityMiddleware (nosniff, HSTS, SSL redirect, referrer policy), inline.
+class ApiAnswersMiddleware(DualModeMiddleware):
+    """The API's answers: JSON for every error, and never cached.
 
-    Its methods only read settings and set headers, so under an async view they
-    run in the event loop instead of hopping to a thread twice per request.
+    On ``/api/`` only (the pages have their own headers): a refusal Django or a
+    middleware makes in HTML or text (a 405 for a wrong method, say) becomes the API's
+    JSON envelope, ``Cache-Control: no-store`` is set (answers carry payloads and
+    decisions) and framing denied, on the refusals of the middleware below it too.
+    Async-capable, so it adds no thread hop to an async view.
     """
 
-    def __init__(self, get_response):
-        super().__init__(get_response)
-        self.security = SecurityMiddleware(get_response)
-
-    def before(self, request):
-        return self.security.process_request(request)
-
     def after(self, request, response):
-        response = self.security.process_response(request, response)
+        if not request.path.startswith(API_PREFIX):
+            return response
         response = _as_json_error(response)
-        response.setdefault("X-Frame-Options", "DENY")
-        # Answers carry payloads and decisions: no cache may keep them.
         response.setdefault("Cache-Control", "no-store")
+        response.setdefault("X-Frame-Options", "DENY")
         return response
 
 
-class RefuseNulMiddleware(DualModeMiddleware):
-    """Refuse a NUL in the path or the query string before any view sees it.
-
-    PostgreSQL can't hold a NUL in text, so a lookup with one fails inside the
-    database driver; no Impri id, filter or name ever contains one. The API
-    answers a 422 naming the parameter, a page a plain 400.
-    """
-
-    def before(self, request):
-        field = None
-        if "\x00" in request.path:
-            field = "path"
-        else:
-            for name, values in request.GET.lists():
-                if "\x00" in name or any("\x00" in value for value in values):
-                    field = name.replace("\x00", "\\x00")
-                    break
-        if field is None:
-            return None
-        detail = f"{field}: must not contain NUL characters"
-        if request.path.startswith(("/api/", "/mcp")):
-            return JsonResponse({"detail": detail, "code": "invalid", "field": field}, status=422)
-        return HttpResponseBadRequest(detail, content_type="text/plain; charset=utf-8")
+API_PREFIX = "/api/"
 
 
 def _as_json_error(response):
@@ -88,3 +62,21 @@ def _as_json_error(response):
         if header in response:
             replaced[header] = response[header]
     return replaced
+
+
+# Answered whatever the Host header: a load balancer or an orchestrator probes by address.
+PROBE_PATHS = ("/healthz", "/readyz")
+
+
+class CommonMiddleware(common.CommonMiddleware):
+    """Django's ``CommonMiddleware``, except on the probes.
+
+    Its ``process_request`` reads ``request.get_host()``, which refuses a Host outside
+    ``ALLOWED_HOSTS`` (a 400): the probes answer whatever Host they are sent, as the pages
+    and the API do not.
+    """
+
+    def process_request(self, request):
+        if request.path in PROBE_PATHS:
+            return None
+        return super().process_request(request)

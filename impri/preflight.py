@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
+import redis
 from django.conf import settings
 from django.db import connection
 
@@ -49,7 +50,6 @@ def database_error() -> str | None:
 
 
 def redis_error() -> str | None:
-    import redis
 
     try:
         redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=2).ping()

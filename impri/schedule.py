@@ -55,6 +55,8 @@ JOBS = (
         "delivery",
     ),
     Job("deliver-pushes", "webpush.tasks.deliver_pushes", "IMPRI_TICK_S", "delivery"),
+    Job("ledger-unsettled", "ledger.tasks.sweep_unsettled", "IMPRI_SLOW_TICK_S", "state"),
+    Job("ledger-notices", "ledger.tasks.send_notices", "IMPRI_TICK_S", "delivery"),
     Job(
         "prune-history",
         "delivery.tasks.prune_history",

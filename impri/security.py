@@ -6,6 +6,7 @@ login lockouts (django-axes) and the audit log's ``ip`` both use it.
 
 from __future__ import annotations
 
+from channels.security.websocket import WebsocketDenier
 from django.conf import settings
 from django.http import HttpResponse
 
@@ -36,7 +37,5 @@ class ExactOriginValidator:
         origin = headers.get(b"origin", b"").decode("latin-1")
         host = headers.get(b"host", b"").decode("latin-1")
         if not origin_allowed(origin, host):
-            from channels.security.websocket import WebsocketDenier
-
             return await WebsocketDenier()(scope, receive, send)  # HTTP 403
         return await self.app(scope, receive, send)

@@ -104,6 +104,8 @@ INSTALLED_APPS = [
     "axes",
     "impri.apps.ImpriConfig",  # the project-wide commands: serve, worker, beat, mcp, waitdb, backup
     "approvals",
+    "agent_doors",
+    "waiting",
     "delivery",
     "identity",
     "rules",
@@ -111,20 +113,23 @@ INSTALLED_APPS = [
     "inbox",
     "gateway",
     "slackapp",
+    "ledger",
     "django_otp",
     "django_otp.plugins.otp_totp",
     "django_otp.plugins.otp_static",
     "twofactor",
     "webpush",
+    "ops",
 ]
 
 MIDDLEWARE = [
-    "impri.middleware.BodySizeLimitMiddleware",
-    "impri.middleware.RefuseNulMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",  # sync-only; not on the API's stack below
+    # /api/ only: JSON for every error, no-store, DENY framing (also on the refusals below).
+    "impri.middleware.ApiAnswersMiddleware",
+    "impri.middleware.BodySizeLimitMiddleware",
+    "plumbing.middleware.RefuseNulMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
+    "impri.middleware.CommonMiddleware",  # Django's, the probes answering any Host
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django_otp.middleware.OTPMiddleware",  # request.user.otp_device: the device verified
@@ -134,15 +139,13 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "inbox.middleware.ContentSecurityPolicyMiddleware",
+    # Sync-only, and low on purpose: every middleware above it then runs in the request's
+    # thread with the (sync) view, one hop in all. With it near the top, Django runs each
+    # classic middleware below it in async mode, two sync_to_async hops apiece (docs:
+    # "Asynchronous support"; docs/benchmarks.md, "Stock parts").
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     # Last, as django-axes requires: it answers a locked-out login.
     "axes.middleware.AxesMiddleware",
-]
-
-# The API's own stack (impri.asgi.ApiASGIHandler): bearer keys, no cookies, all async.
-IMPRI_API_MIDDLEWARE = [
-    "impri.middleware.BodySizeLimitMiddleware",
-    "impri.middleware.RefuseNulMiddleware",
-    "impri.middleware.ApiSecurityMiddleware",
 ]
 
 ROOT_URLCONF = "impri.urls"
@@ -165,7 +168,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "impri.oidc.sso_context",
+                "identity.oidc.sso_context",
             ],
         },
     },
@@ -181,18 +184,13 @@ if IMPRI_PROCESS_ROLE == "worker":
     # runserver), ninja's only serves Swagger UI's static files. Without them the worker
     # loads neither Twisted nor django-ninja (docs/benchmarks.md, "idle footprint").
     INSTALLED_APPS = [app for app in INSTALLED_APPS if app not in ("daphne", "ninja")]
-_POOL_BY_ROLE = {"serve": "12", "mcp": "2", "worker": "2", "beat": "1"}
+# serve: its API requests in flight (each on its own thread, as Django's handler runs them)
+# and the async side's 8 + 4 database calls (plumbing.database).
+_POOL_BY_ROLE = {"serve": "24", "mcp": "2", "worker": "2", "beat": "1"}
 IMPRI_DB_POOL_SIZE = envint("IMPRI_DB_POOL_SIZE", _POOL_BY_ROLE.get(IMPRI_PROCESS_ROLE, "0"))
 IMPRI_DB_POOL_TIMEOUT_S = envfloat("IMPRI_DB_POOL_TIMEOUT_S", minimum=0.1)
 # `impri waitdb` (the image's start script) gives up on the database and Redis after this long.
 IMPRI_DB_WAIT_S = envfloat("IMPRI_DB_WAIT_S", minimum=0)
-# PostgreSQL: the hot statements (a push's, an approve's) prepared on their connection
-# (compat.django.prepared_cursor, preparing). Off for a transaction-pooling PgBouncer
-# older than 1.21 or without max_prepared_statements: each statement then binds on the
-# client, as Django's own do.
-IMPRI_DB_PREPARE = envbool("IMPRI_DB_PREPARE")
-# Threads that run database work for async code (long-polls, MCP tools, the hub).
-IMPRI_DB_THREADS = envint("IMPRI_DB_THREADS", minimum=1)
 # `impri serve`: a full garbage collection after this many young-generation passes
 # (CPython's default is 10; see the serve command for why it is higher).
 IMPRI_GC_FULL_EVERY = envint("IMPRI_GC_FULL_EVERY", minimum=1)
@@ -204,6 +202,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Channels -----------------------------------------------------------------
 REDIS_URL = envredis("REDIS_URL")
+# Put before every key Impri writes in Redis (channel layer, cache, Celery's queues), so that
+# several deployments (or a test run's parallel workers) can share one Redis database.
+IMPRI_REDIS_PREFIX = env("IMPRI_REDIS_PREFIX")
 IMPRI_LAYER_CAPACITY = envint("IMPRI_LAYER_CAPACITY", minimum=100)
 if REDIS_URL:
     CHANNEL_LAYERS = {
@@ -218,26 +219,50 @@ if REDIS_URL:
                     {"address": REDIS_URL, "socket_timeout": 15, "socket_connect_timeout": 2}
                 ],
                 "capacity": IMPRI_LAYER_CAPACITY,
+                "prefix": IMPRI_REDIS_PREFIX + "asgi",
             },
-        }
+        },
+        # The waiters' wake-ups (approvals.events.WAKE_LAYER, waiting.hub): hints, so Redis
+        # pub/sub (no queue kept in Redis, nothing to clean up); a lost one costs a re-read.
+        "waiting": {
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {
+                "hosts": [
+                    {"address": REDIS_URL, "socket_timeout": 15, "socket_connect_timeout": 2}
+                ],
+                "prefix": IMPRI_REDIS_PREFIX + "asgi",
+            },
+        },
     }
-    CACHES = {
-        "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": REDIS_URL,
-            "KEY_PREFIX": "impri",
-            # The cache only backs the rate limiter: fail fast when Redis is away.
-            "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
-        }
+    _REDIS_CACHE = {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": IMPRI_REDIS_PREFIX + "impri",
+        # The rate limiter's counts and the keys' generation: fail fast when Redis is away.
+        "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
     }
+    # "keys": the generation of the key check's cache (identity.keys), shared by every process.
+    CACHES = {"default": _REDIS_CACHE, "keys": _REDIS_CACHE}
 else:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels.layers.InMemoryChannelLayer",
             "CONFIG": {"capacity": IMPRI_LAYER_CAPACITY},
-        }
+        },
+        "waiting": {
+            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            "CONFIG": {"capacity": IMPRI_LAYER_CAPACITY},
+        },
     }
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        # The generation of the key check's cache (identity.keys): a file, so that a key
+        # revoked by the CLI is refused at once by the server and a stdio MCP server too.
+        "keys": {
+            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+            "LOCATION": DATA_DIR / "cache" / "keys",
+        },
+    }
 
 # --- Auth, sessions, security ---------------------------------------------------
 # Messages live in the session (server-side), not in a signed-but-readable cookie:
@@ -297,7 +322,7 @@ from impri.settings_reviewers import *  # noqa: E402, F403
 from impri.settings_reviewers import IMPRI_OIDC_ENABLED  # noqa: E402
 
 if IMPRI_OIDC_ENABLED:
-    AUTHENTICATION_BACKENDS.append("impri.oidc.ImpriOIDCBackend")
+    AUTHENTICATION_BACKENDS.append("identity.oidc.ImpriOIDCBackend")
 OIDC_REDIRECT_REQUIRE_HTTPS = IMPRI_HTTPS
 
 # --- Static files -------------------------------------------------------------
@@ -353,9 +378,6 @@ if IMPRI_UNDECLARED_KINDS not in ("strict", "detect"):
         f"IMPRI_UNDECLARED_KINDS must be strict or detect, not {IMPRI_UNDECLARED_KINDS!r}"
     )
 
-# What a rules backtest replays: past actions as the rules saw them (rules never import approvals).
-IMPRI_BACKTEST_HISTORY = "approvals.backtest_history.past_action_views"
-
 # Bearer token Prometheus scrapes /metrics with; unset: no metrics endpoint (404).
 IMPRI_METRICS_TOKEN = env("IMPRI_METRICS_TOKEN")
 
@@ -377,7 +399,11 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # publish retries, short socket timeouts (beat picks the work up anyway).
 CELERY_TASK_PUBLISH_RETRY = False
 CELERY_BROKER_CONNECTION_TIMEOUT = 1
-CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_timeout": 2, "socket_connect_timeout": 1}
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "socket_timeout": 2,
+    "socket_connect_timeout": 1,
+    **({"global_keyprefix": IMPRI_REDIS_PREFIX} if IMPRI_REDIS_PREFIX else {}),
+}
 CELERY_TIMEZONE = "UTC"
 # How often expiry, deliveries and notifications are swept (seconds).
 IMPRI_TICK_S = envfloat("IMPRI_TICK_S", minimum=0.1)
@@ -408,6 +434,16 @@ IMPRI_RETENTION_DAYS = envint("IMPRI_RETENTION_DAYS", minimum=0)
 # How often the audit chain is verified in the background, from the last verified run
 # (seconds); 0: only on demand.
 IMPRI_AUDIT_VERIFY_EVERY_S = envint("IMPRI_AUDIT_VERIFY_EVERY_S", minimum=0)
+# Reconciliation (ledger/): Stripe's webhook signing secrets (comma-separated: the old and
+# the new one while rotating), and the hours after an executed report with no movement
+# before the action reads as unsettled.
+IMPRI_STRIPE_WEBHOOK_SECRET = [
+    part.strip() for part in env("IMPRI_STRIPE_WEBHOOK_SECRET").split(",") if part.strip()
+]
+IMPRI_LEDGER_SETTLE_H = envfloat("IMPRI_LEDGER_SETTLE_H", minimum=0)
+# Where ledger.exception webhooks go besides the action's callback_url, and their secret.
+IMPRI_LEDGER_WEBHOOK_URL = env("IMPRI_LEDGER_WEBHOOK_URL").strip()
+IMPRI_LEDGER_WEBHOOK_SECRET = env("IMPRI_LEDGER_WEBHOOK_SECRET").strip()
 IMPRI_HOUSEKEEPING_EVERY_S = 3600
 # Beat's schedule is the table of periodic jobs the embedded ticker runs too (impri/schedule.py).
 CELERY_BEAT_SCHEDULE = schedule.beat(globals())

@@ -10,6 +10,7 @@ import hashlib
 import tempfile
 from pathlib import Path
 
+import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from impri.settings_env import private, without_password
@@ -32,13 +33,14 @@ def databases(url: str, data_dir: Path, pool_size: int, pool_timeout_s: float) -
     private(data_dir / "impri.sqlite3", 0o600)
     return {
         "default": {
-            # Django's SQLite backend with an in-process writer queue (impri/sqlite3).
-            "ENGINE": "impri.sqlite3",
+            # Django's own SQLite backend, with its documented options (Django 5.1+).
+            "ENGINE": "django.db.backends.sqlite3",
             "NAME": data_dir / "impri.sqlite3",
             # Two processes (daphne and a stdio MCP server) share this file:
             # WAL lets readers run beside the writer, IMMEDIATE takes the write
             # lock at BEGIN so a transaction never fails half-way on upgrade,
-            # and the timeout makes writers queue instead of failing.
+            # and the timeout (SQLite's busy timeout, in seconds) makes writers
+            # queue instead of failing.
             "OPTIONS": {
                 "transaction_mode": "IMMEDIATE",
                 "timeout": 20,
@@ -61,7 +63,6 @@ def test_database(data_dir: Path) -> Path:
 
 def database(name: str, url: str) -> dict:
     """Django's DATABASES entry for a ``postgres://`` URL; any other URL is one clear error."""
-    import dj_database_url
 
     shown = without_password(url)
     try:

@@ -39,6 +39,7 @@ def env(name: str, default: str | None = None) -> str:
 
 def _user() -> str:
     try:
+        # deferred: POSIX only: the ImportError below is Windows
         import pwd
 
         return f"{pwd.getpwuid(os.geteuid()).pw_name}, uid {os.geteuid()}"
@@ -76,7 +77,10 @@ def envkey(name: str) -> str:
     value = env(name)
     if not value:
         return value
+    # deferred: only with a key in the environment; beat reads these settings and signs nothing
     from cryptography.hazmat.primitives import serialization
+
+    # deferred: only with a key in the environment; beat reads these settings and signs nothing
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     try:

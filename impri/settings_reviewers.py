@@ -40,15 +40,15 @@ if IMPRI_OIDC_SSO_ONLY and not IMPRI_OIDC_ENABLED:
         "IMPRI_OIDC_SSO_ONLY needs IMPRI_OIDC_ISSUER and IMPRI_OIDC_CLIENT_ID (else nobody but "
         "staff could sign in)"
     )
-# mozilla-django-oidc reads these names; the endpoints are resolved by impri.oidc.
+# mozilla-django-oidc reads these names; the endpoints are resolved by identity.oidc.
 OIDC_RP_CLIENT_ID = IMPRI_OIDC_CLIENT_ID
 OIDC_RP_CLIENT_SECRET = IMPRI_OIDC_CLIENT_SECRET
 OIDC_RP_SIGN_ALGO = "RS256"
 OIDC_RP_SCOPES = IMPRI_OIDC_SCOPES
 OIDC_USE_PKCE = True
 OIDC_TIMEOUT = IMPRI_OIDC_TIMEOUT_S
-OIDC_AUTHENTICATE_CLASS = "impri.oidc.SsoLoginView"
-OIDC_CALLBACK_CLASS = "impri.oidc.SsoCallbackView"
+OIDC_AUTHENTICATE_CLASS = "identity.oidc.SsoLoginView"
+OIDC_CALLBACK_CLASS = "identity.oidc.SsoCallbackView"
 
 # --- Second factor (docs/2fa.md) -------------------------------------------------
 # Every password login must then pass a TOTP code; users without one enrol first.

@@ -32,8 +32,10 @@ import time
 
 logger = logging.getLogger(__name__)
 
-GRACE_S = 1.5
-FLUSH_S = 0.1
+GRACE_S = 5.0  # below docker stop's 10 s; a loaded 2-core host answers 40 long-polls in about 2 s
+# The last answers are handed to Twisted when the count reaches 0; the reactor's stop then drops
+# every connection unflushed. 0.1 s lost an MCP answer's last bytes on a loaded 2-core host.
+FLUSH_S = 0.5
 _requests = 0
 
 
@@ -85,7 +87,8 @@ def _take_signals(reactor) -> None:
 
 
 def _begin(reactor, name: str) -> None:
-    from approvals.services import waiting
+    # deferred: impri.logs imports this module in every process, beat too, which loads no model (tests/project/test_beat.py)
+    from waiting import hub as waiting
 
     woken = waiting.shutdown()
     logger.warning(

@@ -72,6 +72,7 @@ async def run_loop(loop: str) -> None:
 
 def install_in_reactor() -> None:
     """Start the ticker when daphne's (asyncio) reactor runs; stop it before shutdown."""
+    # deferred: importing Twisted's reactor installs one: serve installs daphne's asyncio reactor first
     from twisted.internet import reactor
 
     tasks: list[asyncio.Task] = []

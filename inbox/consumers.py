@@ -15,7 +15,8 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from approvals import reviewer_claims
 from approvals.events import INBOX_ALL_GROUP, inbox_group
-from plumbing import db_threads, strict_json
+from plumbing import strict_json
+from plumbing.database import database_sync_to_async
 from twofactor import services as twofactor
 
 logger = logging.getLogger(__name__)
@@ -50,14 +51,14 @@ FORWARDED = (
 MAX_WATCHED = 20
 
 
-@db_threads.wrap
+@database_sync_to_async
 def channel_groups_for(user) -> list[str]:
     if user.is_superuser:
         return [INBOX_ALL_GROUP]
     return [inbox_group(pk) for pk in user.groups.values_list("pk", flat=True)]
 
 
-@db_threads.wrap
+@database_sync_to_async
 def release_claims(user, action_ids: list[str]) -> int:
     return reviewer_claims.release_all(user, action_ids)
 
@@ -69,7 +70,9 @@ class InboxConsumer(AsyncJsonWebsocketConsumer):
             # Closing before accepting refuses the handshake (HTTP 403).
             await self.close(code=NOT_LOGGED_IN)
             return
-        if not await db_threads.run(twofactor.session_passes, user, self.scope.get("session")):
+        if not await database_sync_to_async(twofactor.session_passes)(
+            user, self.scope.get("session")
+        ):
             await self.close(code=NOT_LOGGED_IN)  # a password alone: the code page first
             return
         self.joined = await channel_groups_for(user)

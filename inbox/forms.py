@@ -21,6 +21,9 @@ from approvals.schemas import resolve_path
 from approvals.services.selectors import AGES, Filters
 from rules.money import MAX_EXACT_INTEGER, SYMBOLS
 
+from .dashboard import MAX_DAYS
+from .presenters import money_fields
+
 SORTS = [("newest", "Newest first"), ("urgent", "Most urgent first")]
 AGE_CHOICES = [
     ("", "Any age"),
@@ -150,7 +153,6 @@ class ApproveForm(forms.Form):
         self.fields["payload_sha256"].initial = services.payload_sha256(action.payload)
         self.current = {}
         self.majors: dict[str, str] = {}  # money path -> the name of its major-units field
-        from .presenters import money_fields
 
         money = money_fields(action)
         for path in action.editable:
@@ -312,7 +314,6 @@ class DashboardRangeForm(forms.Form):
         self.today = today
 
     def clean(self):
-        from .dashboard import MAX_DAYS
 
         cleaned = super().clean()
         if self.errors:

@@ -1,9 +1,9 @@
 """Dry runs: what a candidate rule set would do to one action, or to past actions.
 
 The past actions are the caller's to give (``backtest(rules, history)``): rules
-never import the approvals app, which depends on them. ``past_actions`` reads
-them through the function ``settings.IMPRI_BACKTEST_HISTORY`` names
-(``approvals.backtest_history.past_action_views``).
+never import the approvals app, which depends on them. The rules' adapters (the admin's
+backtest page, ``impri rules``) stand above the core and read them from
+``approvals.backtest_history.past_action_views``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
 from . import engine
 from .kinds import KindSpec, declaration, hold_at_step_up, hold_undeclared, payload_problems
@@ -30,11 +29,6 @@ PastAction = tuple[datetime, dict]
 # The report's amounts: the actions' own (rules.money), unless the caller names a path.
 AMOUNT_PATH = None
 MAX_NAMED = 20  # actions over a budget named in the report; the rest are counted
-
-
-def past_actions(since: datetime | None) -> Iterable[PastAction]:
-    """The actions pushed since ``since`` (all: None), oldest first, for ``backtest``."""
-    return import_string(settings.IMPRI_BACKTEST_HISTORY)(since)
 
 
 @dataclass

@@ -186,20 +186,7 @@ def parse_rule(item: Any, index: int = 0) -> Rule:
     budget = _budget(name, item.get("budget"))
     if budget and then != "auto_approve":
         raise RuleError(name, "budget", "only an auto_approve rule can have a budget")
-    escalate_after = _int(name, item, "escalate_after_s", None, minimum=1, maximum=365 * 24 * 3600)
-    escalate_to = item.get("escalate_to")
-    if (escalate_after is None) != (escalate_to is None):
-        raise RuleError(
-            name,
-            "escalate_to" if escalate_to is None else "escalate_after_s",
-            "escalate_after_s and escalate_to go together",
-        )
-    if escalate_to is not None and (
-        then != "review" or not isinstance(escalate_to, str) or not escalate_to.strip()
-    ):
-        raise RuleError(
-            name, "escalate_to", "a review rule may escalate to the name of another reviewer group"
-        )
+    escalate_after, escalate_to = _escalation(name, item, then)
     enabled = item.get("enabled", True)
     if not isinstance(enabled, bool):
         raise RuleError(name, "enabled", "must be true or false")
@@ -222,6 +209,25 @@ def parse_rule(item: Any, index: int = 0) -> Rule:
     )
 
 
+def _escalation(name: str, item: dict[str, Any], then: str) -> tuple[int | None, str | None]:
+    """A review rule's ``escalate_after_s`` and ``escalate_to``: both or neither."""
+    escalate_after = _int(name, item, "escalate_after_s", None, minimum=1, maximum=365 * 24 * 3600)
+    escalate_to = item.get("escalate_to")
+    if (escalate_after is None) != (escalate_to is None):
+        raise RuleError(
+            name,
+            "escalate_to" if escalate_to is None else "escalate_after_s",
+            "escalate_after_s and escalate_to go together",
+        )
+    if escalate_to is not None and (
+        then != "review" or not isinstance(escalate_to, str) or not escalate_to.strip()
+    ):
+        raise RuleError(
+            name, "escalate_to", "a review rule may escalate to the name of another reviewer group"
+        )
+    return escalate_after, escalate_to
+
+
 def parse_condition(rule: str, raw: Any, where: str) -> Leaf | Group:
     if not isinstance(raw, dict) or not raw:
         raise RuleError(
@@ -230,25 +236,7 @@ def parse_condition(rule: str, raw: Any, where: str) -> Leaf | Group:
             "a condition must be a mapping like {path: payload.amount_cents, lte: 5000}",
         )
     if "path" not in raw:
-        if len(raw) != 1:
-            raise RuleError(
-                rule, where, "use exactly one of all, any, not (or a path with one operator)"
-            )
-        ((op, value),) = raw.items()
-        if op in ("all", "any"):
-            if not isinstance(value, list) or not value:
-                raise RuleError(rule, f"{where}.{op}", "must be a non-empty list of conditions")
-            return Group(
-                op,
-                tuple(parse_condition(rule, c, f"{where}.{op}[{i}]") for i, c in enumerate(value)),
-            )
-        if op == "not":
-            return Group("not", (parse_condition(rule, value, f"{where}.not"),))
-        raise RuleError(
-            rule,
-            f"{where}.{op}",
-            f"unknown operator (use all, any, not, or path with one of {', '.join(OPERATORS)})",
-        )
+        return _parse_group(rule, raw, where)
     path = raw["path"]
     if (
         not isinstance(path, str)
@@ -276,13 +264,40 @@ def parse_condition(rule: str, raw: Any, where: str) -> Leaf | Group:
             rule, f"{where}.{op}", f"unknown operator (use one of {', '.join(OPERATORS)})"
         )
     value = raw[op]
-    if op in ("in", "not_in") and not isinstance(value, list):
-        raise RuleError(rule, f"{where}.{op}", "needs a list of values")
-    if op in ("lt", "lte", "gt", "gte") and not (is_number(value) or isinstance(value, str)):
-        raise RuleError(rule, f"{where}.{op}", "needs a number (or text)")
-    if op == "exists" and not isinstance(value, bool):
-        raise RuleError(rule, f"{where}.{op}", "needs true or false")
+    _check_operand(rule, f"{where}.{op}", op, value)
     return Leaf(path, op, value)
+
+
+def _parse_group(rule: str, raw: dict[str, Any], where: str) -> Group:
+    """``all`` or ``any`` of a list of conditions, or ``not`` one."""
+    if len(raw) != 1:
+        raise RuleError(
+            rule, where, "use exactly one of all, any, not (or a path with one operator)"
+        )
+    ((op, value),) = raw.items()
+    if op in ("all", "any"):
+        if not isinstance(value, list) or not value:
+            raise RuleError(rule, f"{where}.{op}", "must be a non-empty list of conditions")
+        return Group(
+            op,
+            tuple(parse_condition(rule, c, f"{where}.{op}[{i}]") for i, c in enumerate(value)),
+        )
+    if op == "not":
+        return Group("not", (parse_condition(rule, value, f"{where}.not"),))
+    raise RuleError(
+        rule,
+        f"{where}.{op}",
+        f"unknown operator (use all, any, not, or path with one of {', '.join(OPERATORS)})",
+    )
+
+
+def _check_operand(rule: str, where: str, op: str, value: Any) -> None:
+    if op in ("in", "not_in") and not isinstance(value, list):
+        raise RuleError(rule, where, "needs a list of values")
+    if op in ("lt", "lte", "gt", "gte") and not (is_number(value) or isinstance(value, str)):
+        raise RuleError(rule, where, "needs a number (or text)")
+    if op == "exists" and not isinstance(value, bool):
+        raise RuleError(rule, where, "needs true or false")
 
 
 def _text(rule: str, item: dict[str, Any], key: str, default: str) -> str:
@@ -466,16 +481,19 @@ def _apply(op: str, actual: Any, expected: Any) -> bool:
         return not strict_equal(actual, expected)
     if op in ("lt", "lte", "gt", "gte"):
         return _compare(op, actual, expected)
-    if op == "in":
-        return any(strict_equal(actual, item) for item in expected)
-    if op == "not_in":
-        return not any(strict_equal(actual, item) for item in expected)
+    if op in ("in", "not_in"):
+        found = any(strict_equal(actual, item) for item in expected)
+        return found if op == "in" else not found
     if op == "contains":
-        if isinstance(actual, list):
-            return any(strict_equal(item, expected) for item in actual)
-        if isinstance(actual, str) and isinstance(expected, str):
-            return expected in actual
-        return False
+        return _contains(actual, expected)
+    return False
+
+
+def _contains(actual: Any, expected: Any) -> bool:
+    if isinstance(actual, list):
+        return any(strict_equal(item, expected) for item in actual)
+    if isinstance(actual, str) and isinstance(expected, str):
+        return expected in actual
     return False
 
 

@@ -221,6 +221,7 @@ def unknown_amount(kind: str) -> Amount:
 def amounts(document: dict[str, Any], specs: list[MoneySpec] | None) -> list[Amount]:
     """Every amount of ``document`` (``{"payload": …}``): the declared ones, else the detected ones."""
     if specs is None:
+        # deferred: rules.detector imports Amount from this module
         from .detector import detect  # the detector reads Amount from here
 
         payload = document.get("payload")

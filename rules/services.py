@@ -12,15 +12,14 @@ from decimal import Decimal, InvalidOperation
 
 import yaml
 from django.contrib.auth.models import Group
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from audit import log as audit
 from audit.identity import current_actor
 from audit.models import ActorType
-from compat.django import prepared_cursor
-from plumbing import strict_json
+from plumbing import strict_json, yaml_errors
 
 from . import engine, money
 from . import kinds as kinds_
@@ -59,7 +58,7 @@ def current_rules(known: tuple[int, str] | None = None) -> LoadedRules:
     so it is not read again.
     """
     global _loaded
-    version, revision = known if known is not None else _revision()
+    version, revision = known if known is not None else read_revision()
     cached = _loaded
     if revision and cached is not None and cached[0] == revision:
         return cached[1]
@@ -83,21 +82,10 @@ def cached_group_names() -> set[str]:
     return {rule.group for rule in cached[1].rules if rule.group}
 
 
-def _revision() -> tuple[int, str]:
-    """The rule set's version and revision, ``(0, "")`` before the first change.
-
-    Plain SQL, kept because it measured: every push runs this read, and its ORM twin
-    (``RuleSet.objects.filter(pk=1).values_list("version", "revision").first()``) cost
-    5-10 % of a push's CPU (docs/benchmarks.md, "Hand-written SQL and the ORM";
-    tests/core/test_hand_sql.py runs both on the same row).
-    """
-    with prepared_cursor(connection) as cursor:
-        cursor.execute(
-            f"SELECT version, revision FROM {connection.ops.quote_name(RuleSet._meta.db_table)}"
-            " WHERE id = 1"
-        )
-        row = cursor.fetchone()
-    return (row[0], row[1]) if row else (0, "")
+def read_revision() -> tuple[int, str]:
+    """The rule set's version and revision, ``(0, "")`` before the first change."""
+    rows = RuleSet.objects.filter(pk=1).values_list("version", "revision")[:1]  # no ORDER BY
+    return next(iter(rows), (0, ""))
 
 
 # --- YAML ---------------------------------------------------------------------------
@@ -111,8 +99,6 @@ def parse_file(text: str) -> RuleFile:
     try:
         document = strict_json.load_yaml(text)
     except yaml.YAMLError as exc:
-        from plumbing import yaml_errors  # line, column and the offending line
-
         error = engine.RuleError("(file)", "yaml", "")
         error.args = (yaml_errors.describe(exc, text),)
         raise error from None
@@ -370,28 +356,11 @@ def reserve_budget(rule_name: str, budget: engine.Budget, action: dict, now: dat
 def _add_within(rule_name: str, scope: str, start: datetime, amount, at_most) -> bool:
     """``total += amount`` on the window's counter if ``total <= at_most``; whether it was.
 
-    The ORM's ``filter(total__lte=…).update(total=F("total") + amount)`` as plain SQL,
-    kept because it measured: every auto-approved push runs it, and the ORM's UPDATE
-    cost several times its CPU (docs/benchmarks.md, "Hand-written SQL and the ORM";
-    tests/core/test_hand_sql.py runs both on the same counters). The values are prepared by
-    their fields, as the ORM prepares them (SQLite's decimals and datetimes are text,
-    compared by the columns' numeric and date affinity).
+    One conditional UPDATE: concurrent pushes on the same counter serialise on its row,
+    and the one that would pass the cap changes nothing.
     """
-    conn = transaction.get_connection()
-    quote = conn.ops.quote_name
-    field = BudgetCounter._meta.get_field
-    total, when = quote(field("total").column), quote(field("window_start").column)
-    with prepared_cursor(conn) as cursor:
-        cursor.execute(
-            f"UPDATE {quote(BudgetCounter._meta.db_table)} SET {total} = {total} + %s"
-            f" WHERE {quote(field('rule').column)} = %s AND {quote(field('scope').column)} = %s"
-            f" AND {when} = %s AND {total} <= %s",
-            [
-                field("total").get_db_prep_save(amount, conn),
-                rule_name,
-                scope,
-                field("window_start").get_db_prep_save(start, conn),
-                field("total").get_db_prep_save(at_most, conn),
-            ],
-        )
-        return cursor.rowcount == 1
+    return bool(
+        BudgetCounter.objects.filter(
+            rule=rule_name, scope=scope, window_start=start, total__lte=at_most
+        ).update(total=F("total") + amount)
+    )

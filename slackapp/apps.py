@@ -7,11 +7,19 @@ class SlackAppConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        # deferred: models and receivers load in AppConfig.ready, once the app registry is ready
         from approvals.events import action_changed
+
+        # deferred: models and receivers load in AppConfig.ready, once the app registry is ready
         from approvals.models import Notification
+
+        # deferred: models and receivers load in AppConfig.ready, once the app registry is ready
         from delivery import notices as group_notices
+
+        # deferred: models and receivers load in AppConfig.ready, once the app registry is ready
         from delivery import outboxes
 
+        # deferred: models and receivers load in AppConfig.ready, once the app registry is ready
         from . import audit_links, delivery, notices
 
         outboxes.register(delivery.OUTBOX)

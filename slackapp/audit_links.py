@@ -12,6 +12,8 @@ from django.db.models.signals import post_delete, post_save
 
 from audit.identity import _record
 
+from .models import SlackChannel, SlackUserLink
+
 
 def link_saved(sender, instance, created, raw=False, **kwargs):
     if raw:
@@ -46,7 +48,6 @@ def channel_deleted(sender, instance, **kwargs):
 
 
 def connect() -> None:
-    from .models import SlackChannel, SlackUserLink
 
     post_save.connect(link_saved, sender=SlackUserLink, dispatch_uid="slack-link-saved")
     post_delete.connect(link_deleted, sender=SlackUserLink, dispatch_uid="slack-link-deleted")

@@ -56,6 +56,7 @@ def web_client(timeout: float | None = None) -> WebClient | None:
         return None
     # slack_sdk here, not at the top: this module loads in every process (the app's ready
     # hook connects on_action_changed) and most installations send nothing to Slack.
+    # deferred: slack_sdk: an idle worker never loads it (tests/project/test_serve_footprint.py)
     from slack_sdk import WebClient
 
     return WebClient(
@@ -119,8 +120,10 @@ def send(row: SlackMessage, attempt: Attempt) -> None:
     client = web_client()
     if client is None:
         raise Skip("IMPRI_SLACK_BOT_TOKEN is not set")
+    # deferred: slack_sdk: loaded by web_client() above, never at start (tests/project/test_serve_footprint.py)
     from slack_sdk.errors import SlackApiError  # loaded by web_client() above
 
+    # deferred: slack_sdk's block models: loaded by the first send (tests/project/test_serve_footprint.py)
     from . import blocks  # slack_sdk's block models: loaded by the first send, like the client
 
     action = row.action

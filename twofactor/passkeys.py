@@ -80,6 +80,7 @@ def _take_challenge(request, purpose: str) -> bytes:
 
 
 def _descriptors(user) -> list[PublicKeyCredentialDescriptor]:
+    # deferred: webauthn: loaded when a passkey is used, not at serve's start (tests/project/test_serve_footprint.py)
     from webauthn.helpers.structs import PublicKeyCredentialDescriptor
 
     return [PublicKeyCredentialDescriptor(id=unb64url(p.credential_id)) for p in passkeys(user)]
@@ -89,7 +90,10 @@ def _descriptors(user) -> list[PublicKeyCredentialDescriptor]:
 
 
 def registration_options(request) -> str:
+    # deferred: webauthn: loaded when a passkey is used, not at serve's start (tests/project/test_serve_footprint.py)
     from webauthn import generate_registration_options, options_to_json
+
+    # deferred: webauthn: loaded when a passkey is used, not at serve's start (tests/project/test_serve_footprint.py)
     from webauthn.helpers.structs import (
         AuthenticatorSelectionCriteria,
         ResidentKeyRequirement,
@@ -114,7 +118,10 @@ def registration_options(request) -> str:
 
 
 def register(request, credential: dict, name: str) -> PasskeyDevice:
+    # deferred: webauthn: loaded when a passkey is used, not at serve's start (tests/project/test_serve_footprint.py)
     from webauthn import verify_registration_response
+
+    # deferred: webauthn: loaded when a passkey is used, not at serve's start (tests/project/test_serve_footprint.py)
     from webauthn.helpers.exceptions import WebAuthnException
 
     user = request.user
@@ -161,7 +168,10 @@ def register(request, credential: dict, name: str) -> PasskeyDevice:
 
 
 def authentication_options(request) -> str:
+    # deferred: webauthn: loaded when a passkey is used, not at serve's start (tests/project/test_serve_footprint.py)
     from webauthn import generate_authentication_options, options_to_json
+
+    # deferred: webauthn: loaded when a passkey is used, not at serve's start (tests/project/test_serve_footprint.py)
     from webauthn.helpers.structs import UserVerificationRequirement
 
     options = generate_authentication_options(
@@ -175,7 +185,10 @@ def authentication_options(request) -> str:
 
 def authenticate(request, credential: dict, *, step_up: bool = False) -> PasskeyDevice:
     """Check an assertion by one of the user's passkeys; the session is verified and stamped."""
+    # deferred: webauthn: loaded when a passkey is used, not at serve's start (tests/project/test_serve_footprint.py)
     from webauthn import verify_authentication_response
+
+    # deferred: webauthn: loaded when a passkey is used, not at serve's start (tests/project/test_serve_footprint.py)
     from webauthn.helpers.exceptions import WebAuthnException
 
     user = request.user

@@ -28,6 +28,8 @@ from audit import log as audit
 from audit.identity import user_ref
 from audit.models import ActorType
 
+from .models import PasskeyDevice
+
 RECOVERY_CODES = 10
 SESSION_AT = "impri_2fa_at"  # when this session last passed a second factor (epoch seconds)
 SESSION_AMR = "impri_amr"  # the IdP's amr claim, stored by the SSO login
@@ -53,7 +55,6 @@ def authenticator(user) -> TOTPDevice | None:
 
 
 def has_passkey(user) -> bool:
-    from .models import PasskeyDevice
 
     return PasskeyDevice.objects.filter(user=user, confirmed=True).exists()
 
@@ -147,6 +148,7 @@ def secret_base32(device: TOTPDevice) -> str:
 
 def qr_svg(device: TOTPDevice) -> str:
     """The otpauth:// URI as an inline SVG QR code (no image library, no external request)."""
+    # deferred: segno: only an enrolment draws a QR code, never at serve's start (tests/project/test_serve_footprint.py)
     import segno  # here, not at the top: only an enrolment draws one (serve's memory, issue 34)
 
     return segno.make(device.config_url, error="m").svg_inline(scale=4, border=2)
@@ -261,7 +263,6 @@ def record_user(event: str, user, data: dict) -> None:
 
 def remove_devices(user) -> int:
     """Remove the user's authenticator, passkeys and recovery codes (each removal is audited by a signal)."""
-    from .models import PasskeyDevice
 
     with transaction.atomic():
         removed = TOTPDevice.objects.filter(user=user).delete()[0]

@@ -347,6 +347,14 @@ class ResultIn(StrictModel):
         max_length=4000,
         description="The grant that came with the approval, when the executor checked one.",
     )
+    reference: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=255,
+        pattern=r"^[\x21-\x7e]+$",
+        description="The processor's id for what was executed (a Stripe refund `re_...`): "
+        "how reconciliation finds the money that moved (docs/reconciliation.md).",
+    )
 
     @model_validator(mode="after")
     def _storable(self) -> ResultIn:

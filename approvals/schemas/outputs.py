@@ -28,7 +28,31 @@ UnixSeconds = Annotated[int, Field(description="Unix seconds (UTC).")]
 class ResultOut(BaseModel):
     status: Literal["executed", "failed"]
     detail: dict[str, Any] | str | None
+    reference: str | None = Field(
+        default=None, description="The processor's transaction id the agent reported."
+    )
     reported_at: UnixSeconds
+
+
+class MovementOut(BaseModel):
+    id: str
+    source: str
+    kind: Literal["refund", "charge"]
+    amount_minor: int
+    currency: str
+    occurred_at: UnixSeconds
+    state: str
+
+
+class ReconciliationOut(BaseModel):
+    state: Annotated[
+        str,
+        Field(
+            description="matched, mismatch, unapproved, duplicate, unsettled, unreported, "
+            "explained, or awaiting (approved, no movement yet); docs/reconciliation.md."
+        ),
+    ]
+    movements: list[MovementOut]
 
 
 class ActionOut(BaseModel):
@@ -71,6 +95,11 @@ class ActionOut(BaseModel):
     reason: RejectReasonLiteral | None = None
     edited_by_human: bool
     result: ResultOut | None
+    reconciliation: ReconciliationOut | None = Field(
+        default=None,
+        description="What the payment processor moved for this action, held against the "
+        "approval (docs/reconciliation.md); null when nothing is known yet.",
+    )
     inbox_url: str
 
 

@@ -127,30 +127,36 @@ def json_problem(value: Any, path: str) -> str | None:
     stack: list[tuple[Any, str, int]] = [(value, path, 1)]
     while stack:
         node, where, depth = stack.pop()
-        if isinstance(node, str):
-            problem = text_problem(node)
+        if not isinstance(node, dict | list):
+            problem = _scalar_problem(node)
             if problem:
                 return f"{where}: {problem}"
-        elif isinstance(node, bool) or node is None:
             continue
-        elif isinstance(node, int | float):
-            if node != node or node in (float("inf"), float("-inf")):
-                return f"{where}: NaN and Infinity are not JSON numbers"
-            if abs(node) > MAX_SAFE_INTEGER:
-                return f"{where}: numbers must be below 10^21 in magnitude (send larger ones as strings)"
-        elif isinstance(node, dict | list):
-            if depth > MAX_JSON_DEPTH:
-                return f"{where}: nested deeper than {MAX_JSON_DEPTH} levels"
-            items = node.items() if isinstance(node, dict) else enumerate(node)
-            children = []
-            for key, item in items:
-                key_text = str(key)
-                if isinstance(key, str):
-                    problem = text_problem(key)
-                    if problem:
-                        return f"{where}.{safe_text(key_text)}: key {problem}"
-                children.append((item, f"{where}.{key_text}", depth + 1))
-            stack.extend(reversed(children))
+        if depth > MAX_JSON_DEPTH:
+            return f"{where}: nested deeper than {MAX_JSON_DEPTH} levels"
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        children = []
+        for key, item in items:
+            key_text = str(key)
+            if isinstance(key, str):
+                problem = text_problem(key)
+                if problem:
+                    return f"{where}.{safe_text(key_text)}: key {problem}"
+            children.append((item, f"{where}.{key_text}", depth + 1))
+        stack.extend(reversed(children))
+    return None
+
+
+def _scalar_problem(node: Any) -> str | None:
+    """What a JSON scalar can't hold: NUL or a lone surrogate, NaN, Infinity, a huge integer."""
+    if isinstance(node, str):
+        return text_problem(node)
+    if isinstance(node, bool) or not isinstance(node, int | float):
+        return None
+    if node != node or node in (float("inf"), float("-inf")):
+        return "NaN and Infinity are not JSON numbers"
+    if abs(node) > MAX_SAFE_INTEGER:
+        return "numbers must be below 10^21 in magnitude (send larger ones as strings)"
     return None
 
 

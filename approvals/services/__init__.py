@@ -12,8 +12,7 @@ Nothing outside this package writes an action's state (tests/core/test_single_do
 | ``deciding`` | ``decide``: approve (with edits, four eyes) or reject; ``request_changes`` |
 | ``reporting`` | the agent's ``cancel_action`` and ``report_result`` |
 | ``sweeps`` | ``expire_due``, ``escalate_due``, ``remind_due``, ``flag_stale`` |
-| ``waiting`` | ``await_decision``, each event loop's hub, shutdown |
-| ``waiter_hub`` | the waiter hub: watches, the receiver, the safety-net re-read |
+| ``waiting`` | ``await_decision`` (on a hub the caller passes: ``waiting.hub``), ``settled_among`` |
 | ``selectors`` | reads and permissions (``get_action_for_*``, ``can_review``) |
 | ``edits`` | the pure edit checks (``apply_edits``, ``edit_bounds``) |
 | ``common`` | what transitions share (transaction, ``payload_sha256``, groups) |
@@ -26,12 +25,15 @@ from .pushing import check_supersedes, push_action
 from .reporting import cancel_action, report_result
 from .selectors import can_review, get_action_for_agent, get_action_for_reviewer
 from .sweeps import escalate_due, expire_due, flag_stale, remind_due
-from .waiting import ProgressCallback, await_decision
+from .waiting import ProgressCallback, answer_lane, await_decision, settled_among, waiter
 
 __all__ = [
     "ProgressCallback",
+    "answer_lane",
     "apply_edits",
     "await_decision",
+    "settled_among",
+    "waiter",
     "can_review",
     "cancel_action",
     "check_supersedes",

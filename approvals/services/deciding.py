@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from functools import cache
-
 from django.contrib.auth import get_user_model
-from django.db import connection
+from django.db.models import Exists
 from django.utils import timezone
 
 from audit import log as audit
 from audit.models import ActorType
-from compat.django import prepared_cursor, preparing
 
 from .. import events, money, stepup
 from ..errors import (
@@ -73,9 +70,7 @@ def decide(
 
 
 def _decide(action_id, by, verdict, edits, note, reason, idempotency_key, approves_sha256):
-    # The ORM's statements here prepared on PostgreSQL (the audit append already is): each
-    # was planned on every run, and planning cost as much as running them.
-    with _atomic(), preparing(connection):
+    with _atomic():
         # Locked first, checked under the lock: one read of the row, not two.
         action = _lock(action_id)
         may_review, owns = _standing(by, action, owner=verdict == "approve")
@@ -125,7 +120,7 @@ def request_changes(action_id: str, *, by, note: str, idempotency_key: str | Non
     if not note:
         raise InvalidInput("note", "say what should change: the agent reads this message")
     _refuse_unstorable(note=note)
-    with _atomic(), preparing(connection):
+    with _atomic():
         action = _lock(action_id)
         if not _standing(by, action, owner=False)[0]:  # 404 like an unknown id
             raise ActionNotFound(action_id)
@@ -319,86 +314,65 @@ def _before_after(original: dict, approved: dict, path: str) -> dict:
 
 
 # --- The decision's reads and its review's write, each one statement ---------------------
-#
-# Hand-written, prepared on PostgreSQL (compat.django.prepared_cursor); each has its ORM
-# twin in tests/core/test_approve_path.py, compared on the same rows on both databases.
-
-
-@cache
-def _sql() -> dict[str, str]:
-    q = connection.ops.quote_name
-    user = get_user_model()
-    groups = user._meta.get_field("groups")
-    owners = Agent._meta.get_field("owners")
-    review = Review._meta.db_table
-    columns = [Review._meta.get_field(name).column for name in _REVIEW_COLUMNS]
-    settable = ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in columns[2:])
-    username = user._meta.get_field(user.USERNAME_FIELD).column
-    return {
-        "standing": (
-            f"SELECT EXISTS (SELECT 1 FROM {q(groups.m2m_db_table())}"
-            f" WHERE {q(groups.m2m_column_name())} = %s AND {q(groups.m2m_reverse_name())} = %s),"
-            f" EXISTS (SELECT 1 FROM {q(owners.m2m_db_table())}"
-            f" WHERE {q(owners.m2m_column_name())} = %s AND {q(owners.m2m_reverse_name())} = %s)"
-        ),
-        # The one review per reviewer and action (its unique constraint): written, or
-        # rewritten in place (Review.objects.update_or_create without its savepoints).
-        "put_review": (
-            f"INSERT INTO {q(review)} ({', '.join(q(c) for c in columns)})"
-            f" VALUES ({', '.join(['%s'] * len(columns))})"
-            f" ON CONFLICT ({q(columns[0])}, {q(columns[1])}) DO UPDATE SET {settable}"
-        ),
-        "approvers": (
-            f"SELECT u.{q(username)}, r.{q('reviewer_id')} FROM {q(review)} r"
-            f" INNER JOIN {q(user._meta.db_table)} u ON u.{q(user._meta.pk.column)} = r.{q('reviewer_id')}"
-            f" WHERE r.{q('action_id')} = %s AND r.{q('verdict')} = %s"
-            f" AND r.{q('payload_sha256')} = %s ORDER BY r.{q('at')}, r.{q('id')}"
-        ),
-    }
-
-
-_REVIEW_COLUMNS = (
-    "action",
-    "reviewer",
-    "verdict",
-    "edits",
-    "note",
-    "payload_sha256",
-    "idempotency_key",
-    "at",
-)
 
 
 def _standing(by, action: Action, *, owner: bool) -> tuple[bool, bool]:
     """(may ``by`` review the action, does ``by`` own its agent): one read for both.
 
-    ``selectors.can_review`` and ``Agent.is_owned_by`` in one statement; none when
-    neither needs the database (an inactive user, a superuser rejecting).
+    ``selectors.can_review`` and ``Agent.is_owned_by`` as two ``Exists`` in one
+    statement; none when neither needs the database (an inactive user, a superuser
+    rejecting).
     """
     if not by.is_active:
         return False, False
     in_group = not by.is_superuser and action.review_group_id is not None
     if not in_group and not owner:
         return by.is_superuser, False
-    with prepared_cursor(connection) as cursor:
-        cursor.execute(_sql()["standing"], [by.pk, action.review_group_id, action.agent_id, by.pk])
-        member, owns = cursor.fetchone()
+    User = get_user_model()
+    member, owns = (
+        User.objects.filter(pk=by.pk)
+        .annotate(
+            member=Exists(
+                User.groups.through.objects.filter(user_id=by.pk, group_id=action.review_group_id)
+            ),
+            owns=Exists(
+                Agent.owners.through.objects.filter(agent_id=action.agent_id, user_id=by.pk)
+            ),
+        )
+        .values_list("member", "owns")
+        .get()
+    )
     return bool(by.is_superuser or member), bool(owner and owns)
 
 
 def _put_review(action: Action, by, verdict, edits, note, digest, key) -> None:
-    values = (action.pk, by.pk, str(verdict), edits, note, digest, key, timezone.now())
-    fields = [Review._meta.get_field(name) for name in _REVIEW_COLUMNS]
-    params = [
-        field.get_db_prep_save(value, connection) if name in ("edits", "at") else value
-        for name, field, value in zip(_REVIEW_COLUMNS, fields, values, strict=True)
-    ]
-    with prepared_cursor(connection) as cursor:
-        cursor.execute(_sql()["put_review"], params)
+    """The one review per reviewer and action (its unique constraint): written, or
+    rewritten in place, in one ``INSERT … ON CONFLICT DO UPDATE`` (no savepoint)."""
+    Review.objects.bulk_create(
+        [
+            Review(
+                action_id=action.pk,
+                reviewer_id=by.pk,
+                verdict=str(verdict),
+                edits=edits,
+                note=note,
+                payload_sha256=digest,
+                idempotency_key=key,
+                at=timezone.now(),
+            )
+        ],
+        update_conflicts=True,
+        unique_fields=["action", "reviewer"],
+        update_fields=["verdict", "edits", "note", "payload_sha256", "idempotency_key", "at"],
+    )
 
 
 def _approvers(action_id: str, digest: str) -> list[tuple[str, int]]:
     """(username, user id) of the approvals of the payload ``digest``, first first."""
-    with prepared_cursor(connection) as cursor:
-        cursor.execute(_sql()["approvers"], [action_id, Review.Verdict.APPROVE.value, digest])
-        return [(name, pk) for name, pk in cursor.fetchall()]
+    return list(
+        Review.objects.filter(
+            action_id=action_id, verdict=Review.Verdict.APPROVE, payload_sha256=digest
+        )
+        .order_by("at", "pk")
+        .values_list(f"reviewer__{get_user_model().USERNAME_FIELD}", "reviewer_id")
+    )

@@ -8,22 +8,20 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import Group
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError
 from django.utils import timezone
 
 from audit import log as audit
 from audit.models import ActorType, canonical_json
-from compat.django import prepared_cursor, preparing
 from plumbing import outbound
 from rules import engine as rule_engine
 from rules import kinds as rule_kinds
 from rules import services as rule_services
 from rules.bounds import effective_bounds
 from rules.detector import may_be_currency
-from rules.models import RuleSet
 from rules.money import currency_paths, ijson_problem
 
-from .. import events, money, outbox
+from .. import events, group_cache, money, outbox
 from ..errors import IdempotencyConflict, InvalidInput
 from ..models import Action, ActionStatus, Agent, Notification
 from ..schemas import ActionIn
@@ -103,88 +101,39 @@ class _KnownGroups:
 
 
 def _first_read(agent: Agent, key: str | None) -> _FirstRead:
-    """What a push reads before its transaction, in one statement (one round trip).
+    """What a push reads before its transaction: the idempotency key's action (``_with_key``),
+    the rule set's version and revision (``rules.services.read_revision``) and the groups the
+    rules this process holds route to, with the default group (``_groups_named``).
 
-    The idempotency key's action (``_with_key``), the rule set's version and revision
-    (``rules.services._revision``) and the groups the rules this process holds route
-    to, with the default group (``_groups_named``): three reads as one ``UNION ALL``,
-    each branch tagged. tests/core/test_push_path.py compares it with the three.
-    Groups are read by name on every push, as before; only the rules are cached (per
-    revision). When the revision moved, the new rules may route elsewhere: a group the
-    statement did not ask for is read on its own (``_routed_group``).
+    The revision and the groups come from this process's cache while the groups' generation
+    holds (``approvals.group_cache``: a rule-set change, a group created, renamed or deleted
+    moves it, in every process), the rules per revision. When the revision moved, the new
+    rules may route elsewhere: a group this read did not ask for is read on its own
+    (``_routed_group``).
     """
-    names = sorted(rule_services.cached_group_names() | {settings.IMPRI_DEFAULT_GROUP})
-    connection = transaction.get_connection()
-    quote = connection.ops.quote_name
-    sql = [
-        f"SELECT 'r', CAST(version AS TEXT), revision FROM {quote(RuleSet._meta.db_table)}"
-        " WHERE id = 1",
-        f"SELECT 'g', CAST(id AS TEXT), name FROM {quote(Group._meta.db_table)}"
-        f" WHERE name IN ({', '.join(['%s'] * len(names))})",
-    ]
-    params: list = list(names)
-    if key:
-        sql.append(
-            f"SELECT 'a', id, request_hash FROM {quote(Action._meta.db_table)}"
-            " WHERE agent_id = %s AND idempotency_key = %s"
-        )
-        params += [agent.pk, key]
-    with prepared_cursor(connection) as cursor:
-        cursor.execute(" UNION ALL ".join(sql), params)
-        rows = cursor.fetchall()
-    existing, revision, found = None, (0, ""), {}
-    for tag, first, second in rows:
-        if tag == "r":
-            revision = (int(first), second)
-        elif tag == "g":
-            found[second] = Group.from_db(connection.alias, ["id", "name"], (int(first), second))
-        else:
-            existing = Action.from_db(
-                connection.alias, ["id", "idempotency_key", "request_hash"], (first, key, second)
-            )
+    names = rule_services.cached_group_names() | {settings.IMPRI_DEFAULT_GROUP}
+    existing = _with_key(agent, key) if key else None
+    cached = group_cache.Reading()  # one look at the groups' generation for both
+    revision = cached.cached("rules", "revision", rule_services.read_revision)
+    found = cached.groups_named(names)
     return _FirstRead(existing, revision, _KnownGroups(frozenset(names), found))
 
 
 def _with_key(agent: Agent, key: str) -> Action | None:
-    """The agent's action with this idempotency key, if any (enough of it for ``_replay``).
-
-    Plain SQL, kept because it measured: every push runs it, and its ORM twin
-    (``Action.objects.filter(agent=…, idempotency_key=…).only(…).first()``) cost
-    more CPU than a tenth of a push (docs/benchmarks.md, "Hand-written SQL and the
-    ORM"). tests/core/test_hand_sql.py runs both on the same rows.
-    """
-    connection = transaction.get_connection()
-    quote = connection.ops.quote_name
-    with prepared_cursor(connection) as cursor:
-        cursor.execute(
-            f"SELECT id, request_hash FROM {quote(Action._meta.db_table)}"
-            " WHERE agent_id = %s AND idempotency_key = %s",
-            [agent.pk, key],
-        )
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    return Action.from_db(
-        connection.alias, ["id", "idempotency_key", "request_hash"], (row[0], key, row[1])
+    """The agent's action with this idempotency key, if any (enough of it for ``_replay``)."""
+    # Sliced, not .first(), and without the model's ordering: the pair is unique, and an
+    # ORDER BY would be compiled (and sorted) for nothing.
+    found = (
+        Action.objects.filter(agent=agent, idempotency_key=key)
+        .order_by()
+        .only("id", "idempotency_key", "request_hash")[:1]
     )
+    return next(iter(found), None)
 
 
 def _groups_named(first: str, second: str) -> dict[str, Group]:
-    """The groups of these names that exist, by name.
-
-    Plain SQL, kept because it measured: every push routes through it, and its ORM
-    twin (``Group.objects.filter(name__in=…)``) cost 4-7 % of a push's CPU
-    (docs/benchmarks.md, "Hand-written SQL and the ORM"; tests/core/test_hand_sql.py).
-    """
-    connection = transaction.get_connection()
-    quote = connection.ops.quote_name
-    with prepared_cursor(connection) as cursor:
-        cursor.execute(
-            f"SELECT id, name FROM {quote(Group._meta.db_table)} WHERE name IN (%s, %s)",
-            [first, second],
-        )
-        found = cursor.fetchall()
-    return {row[1]: Group.from_db(connection.alias, ["id", "name"], row) for row in found}
+    """The groups of these names that exist, by name (``group_cache``)."""
+    return group_cache.groups_named({first, second})
 
 
 def _check_callback(url: str) -> None:
@@ -318,11 +267,7 @@ def _create(
         closed=money.is_closed(action),
     )
     action.amount_minor, action.amount_currency = money.stored_amount(action, found=found)
-    # The ORM's INSERT: as plain SQL it saved 1–4 % of a push, not enough to keep a
-    # second way of writing an action (docs/benchmarks.md, "Hand-written SQL and the ORM").
-    # Its text is the same on every push, so PostgreSQL plans it once per connection.
-    with preparing(transaction.get_connection()):
-        action.save(force_insert=True)
+    action.save(force_insert=True)
     _audit_push(action, verdict, loaded.version)
     if action.status == ActionStatus.PENDING:
         events.publish_on_commit(action, "action.pushed")

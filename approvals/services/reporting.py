@@ -38,7 +38,13 @@ def cancel_action(action_id: str, *, agent: Agent, reason: str = "") -> Action:
 
 
 def report_result(
-    action_id: str, *, agent: Agent, status: str, detail=None, grant: str | None = None
+    action_id: str,
+    *,
+    agent: Agent,
+    status: str,
+    detail=None,
+    grant: str | None = None,
+    reference: str | None = None,
 ) -> Action:
     """Record what happened when the agent executed an approved action.
 
@@ -46,6 +52,7 @@ def report_result(
     harmless (the same answer comes back); a different second report is refused.
     A ``grant`` must be this action's grant for its approved payload (one issued
     for another action is refused with 409); its ``jti`` goes into the trail.
+    ``reference``: the processor's id for what was executed (reconciliation matches on it).
     """
     if status not in (ActionStatus.EXECUTED, ActionStatus.FAILED):
         raise InvalidInput("status", "must be executed or failed")
@@ -60,10 +67,14 @@ def report_result(
     now = timezone.now()
     with _atomic():
         updated = Action.objects.filter(pk=action.pk, status=ActionStatus.APPROVED).update(
-            status=status, result_status=status, result_detail=detail, reported_at=now
+            status=status,
+            result_status=status,
+            result_detail=detail,
+            result_reference=reference or "",
+            reported_at=now,
         )
         if not updated:
-            return _repeat_report(action.pk, status, detail)
+            return _repeat_report(action.pk, status, detail, reference)
         audit.record(
             "result.reported",
             actor_type=ActorType.AGENT,
@@ -75,6 +86,7 @@ def report_result(
                 "detail": detail,
                 "approved_payload_sha256": payload_sha256(action.payload),
                 "grant_jti": grant_jti,
+                **({"reference": reference} if reference else {}),
             },
         )
         action = _load(action.pk)
@@ -82,10 +94,11 @@ def report_result(
     return action
 
 
-def _repeat_report(action_id: str, status: str, detail) -> Action:
+def _repeat_report(action_id: str, status: str, detail, reference: str | None = None) -> Action:
     current = _load(action_id)
     if current.result_status:
-        if current.result_status == status and current.result_detail == detail:
+        same = current.result_detail == detail and current.result_reference == (reference or "")
+        if current.result_status == status and same:
             return current
         raise ResultConflict(
             f"action {action_id} already has a result ({current.result_status}); a different report is refused"

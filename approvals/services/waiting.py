@@ -1,74 +1,56 @@
-"""Waiting for a decision: the wait loop (:func:`await_decision`), and each loop's hub.
+"""Waiting for a decision: the wait loop (:func:`await_decision`) and what it asks the rows.
 
-A wait registers with its event loop's :class:`~approvals.services.waiter_hub.WaiterHub`
-before it reads the row (so a decision in between is not missed), then waits on the
-hub holding no thread, no connection and not the action itself, and reads the row
-again only when woken. :func:`shutdown` answers every open wait at once (SIGTERM).
+A wait registers with a hub (``waiting.hub``: the mechanism, passed in by the adapter
+that waits) before it reads the row (so a decision in between is not missed), then
+waits on the hub holding no thread, no connection and not the action itself, and
+reads the row again only when woken. The rules are here: how long a wait may last, when
+an action counts as decided or overdue, which watched actions are no longer pending.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-import weakref
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Literal, Protocol
 
 from django.conf import settings
 from django.utils import timezone
 
-from plumbing import db_threads, metrics
+from plumbing import metrics
+from plumbing.database import database_sync_to_async
 
-from ..models import Action, Agent
+from ..errors import Forbidden
+from ..models import Action, ActionStatus, Agent
 from .selectors import get_action_for_agent
-from .waiter_hub import LINGER_S, Via, WaiterHub, Watch, settled_among
 
-__all__ = [
-    "LINGER_S",
-    "answer_lane",
-    "ProgressCallback",
-    "WaiterHub",
-    "Watch",
-    "await_decision",
-    "hub",
-    "settled_among",
-    "shutdown",
-    "shutting_down",
-    "waiting",
-]
+__all__ = ["ProgressCallback", "Watch", "answer_lane", "await_decision", "settled_among", "waiter"]
+
+# Without timeout_s a decision request waits this long (an agent's HTTP client
+# usually allows 60 s; the answer is "pending" after it: call again). The REST route's
+# default and the long-poll's.
+DEFAULT_AWAIT_S = 30.0
 
 
-_hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, WaiterHub] = weakref.WeakKeyDictionary()
+def waiter(agent: Agent | None) -> Agent:
+    """The agent a key names, who may wait; a reviewer's key may not (403)."""
+    if agent is None:
+        raise Forbidden("only the agent that pushed an action can await its decision")
+    return agent
 
 
-def hub() -> WaiterHub:
-    """This event loop's hub (one per process under daphne; one per test loop in tests)."""
-    loop = asyncio.get_running_loop()
-    found = _hubs.get(loop)
-    if found is None or (found.closing and not shutting_down()):
-        found = _hubs[loop] = WaiterHub(loop)
-    return found
+Wake = Literal["changed", "timeout", "shutdown"]
 
 
-_shutdown_at: float | None = None
+class Watch(Protocol):
+    """One waiter's registration with a hub: ``wait`` says why it woke, ``via`` who woke it."""
+
+    via: Literal["push", "reread"]
+
+    async def wait(self, seconds: float) -> Wake: ...
 
 
-def shutting_down() -> bool:
-    return _shutdown_at is not None
-
-
-def shutdown() -> int:
-    """Answer every open wait of the process now (SIGTERM); returns how many were woken."""
-    global _shutdown_at
-    _shutdown_at = time.monotonic()
-    woken = 0
-    for found in list(_hubs.values()):
-        woken += found.waiting
-        found.close()
-    return woken
-
-
-def waiting() -> int:
-    return sum(found.waiting for found in _hubs.values())
+WatchFor = Callable[[str], AbstractAsyncContextManager[Watch]]
 
 
 # --- The wait loop ------------------------------------------------------------------------
@@ -76,20 +58,14 @@ def waiting() -> int:
 
 ProgressCallback = Callable[[float], Awaitable[None]]
 
-
-# Only the read a wake asks for runs on the "wake" lane: a burst of waits sent again
-# (their first reads, and the last reads of those timing out) queued there ahead of
-# the woken waiters' reads, and the decision reached its agent late.
-_read = db_threads.wrap(get_action_for_agent, lane="work")
-_read_woken = db_threads.wrap(get_action_for_agent, lane="wake")
+_read = database_sync_to_async(get_action_for_agent)
+# The read a wake asks for, on its own lane: a burst of waits sent again (their first reads,
+# the last reads of those timing out) never delays telling an agent its decision.
+_read_woken = database_sync_to_async(get_action_for_agent, lane="wake")
 
 
 def answer_lane(action: Action) -> str:
-    """The database lane a wait's answer is written on: "wake" only for a decision.
-
-    A burst of waits timing out answers ``pending`` by the thousand; on the "wake" lane
-    those answers would queue ahead of the reads and answers of waiters a decision woke.
-    """
+    """The lane a wait's answer is written on: "wake" only for a decision."""
     return "wake" if action.is_settled else "work"
 
 
@@ -98,12 +74,13 @@ async def await_decision(
     *,
     agent: Agent,
     timeout_s: float,
+    watch: WatchFor,
     on_progress: ProgressCallback | None = None,
     progress_every_s: float = 10.0,
 ) -> Action:
     """Wait until the action is no longer pending, or ``timeout_s`` passes.
 
-    1. Register with the process's waiter hub (before reading, so a decision
+    1. Register with the hub (``watch(action_id)``, before reading, so a decision
        that lands in between is not missed).
     2. Read the row once: the row is the truth, messages are only hints.
     3. Wait on the hub, holding no thread and no connection: it wakes us on
@@ -118,10 +95,10 @@ async def await_decision(
     deadline = started + timeout_s
     next_progress = started + progress_every_s
     action: Action | None
-    async with hub().watch(action_id) as watch:
+    async with watch(action_id) as watching:
         action = await _read(action_id, agent)
         settled_while_waiting = not action.is_settled
-        woken_by: Via | None = None  # who woke the read that found the decision, if a wake did
+        woken_by: str | None = None  # who woke the read that found the decision, if a wake did
         expires_at = action.expires_at
         while action is None or not action.is_settled:  # None: still pending, not held
             # A pending action is not held while it is waited on (its payload and preview
@@ -136,9 +113,9 @@ async def await_decision(
             step = min(deadline, next_progress if on_progress else deadline) - now
             # Expiry needs no sweep to be seen: wake at it and answer expired.
             until_expiry = (expires_at - timezone.now()).total_seconds()
-            why = await watch.wait(min(step, max(0.0, until_expiry) + 0.01))
+            why = await watching.wait(min(step, max(0.0, until_expiry) + 0.01))
             if why == "changed":
-                woken_by = watch.via
+                woken_by = watching.via
                 action = await _read_woken(action_id, agent)
                 expires_at = action.expires_at
             elif why == "shutdown":
@@ -155,3 +132,22 @@ async def await_decision(
             # at our timeout): by the push, or by the safety net.
             metrics.count_wake(woken_by)
     return action
+
+
+# The batched re-read's chunk: watched ids asked about in one query.
+BATCH = 1000
+
+
+def settled_among(ids: list[str]) -> list[str]:
+    """Which of ``ids`` are no longer pending as a reader sees it (decided, or overdue)."""
+    now = timezone.now()
+    settled: list[str] = []
+    for start in range(0, len(ids), BATCH):
+        chunk = ids[start : start + BATCH]
+        still = set(
+            Action.objects.filter(
+                pk__in=chunk, status=ActionStatus.PENDING, expires_at__gt=now
+            ).values_list("pk", flat=True)
+        )
+        settled += [action_id for action_id in chunk if action_id not in still]
+    return settled

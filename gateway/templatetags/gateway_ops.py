@@ -1,4 +1,4 @@
-"""The admin index's line on tools held for review (``templates/admin/impri_index.html``)."""
+"""The admin index's line on tools held for review (``ops/templates/admin/impri_index.html``)."""
 
 from django import template
 

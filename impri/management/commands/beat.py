@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 
+from celery import Celery
 from celery.platforms import maybe_drop_privileges
 from django.conf import settings
 from django.core.management.base import BaseCommand
@@ -27,7 +28,6 @@ def beat_app():
     job's name and sends it by name (``celery.beat.Scheduler.apply_async``), as it
     would for any task it cannot import.
     """
-    from celery import Celery
 
     app = Celery("impri", fixups=[], set_as_current=False)
     app.config_from_object("django.conf:settings", namespace="CELERY")

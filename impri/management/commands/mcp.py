@@ -18,8 +18,11 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
+from agent_doors.mcp import build_server
+from approvals import grants
 from approvals.errors import RateLimited
-from approvals.mcp import build_server
+from gateway.proxy import build_gateway_server
+from gateway.services import exists
 from identity import keys
 from impri import storage
 
@@ -56,7 +59,6 @@ class Command(BaseCommand):
                 "IMPRI_API_KEY is a reviewer token; `impri mcp` needs an agent key "
                 "from `impri createagent NAME`"
             )
-        from approvals import grants
 
         try:
             # Signs with the key impri serve published; never generates or publishes its own.
@@ -70,9 +72,6 @@ class Command(BaseCommand):
                 f"{settings.IMPRI_AWAIT_REREAD_S:g} s; give this process the REDIS_URL serve uses"
             )
         if gateway:
-            from gateway.proxy import build_gateway_server
-            from gateway.services import exists
-
             if not exists(gateway):
                 raise CommandError(
                     f"no enabled gateway named {gateway!r}: see `impri gateway export`"

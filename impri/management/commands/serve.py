@@ -1,14 +1,15 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import logging
+import re
 
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-import compat.daphne
 from approvals import grants, services
 from impri import cli, eventloop, preflight, storage
 
@@ -38,8 +39,8 @@ class Command(BaseCommand):
     def handle(
         self, *args, host: str, port: int, no_migrate: bool, proxy_headers: bool, ticker, **options
     ):
-        import daphne.server  # noqa: F401  (installs the asyncio reactor before anything imports one)
-        from daphne.cli import CommandLineInterface
+        # daphne.server installs the asyncio reactor: first, before anything imports one.
+        from daphne.server import Server
         from twisted.internet import reactor
 
         from impri import shutdown
@@ -53,34 +54,29 @@ class Command(BaseCommand):
         if settings.CELERY_TASK_ALWAYS_EAGER if ticker is None else ticker:
             embedded_ticker.install_in_reactor()
         # Banners go to stderr with the logs; stdout stays empty (docs/ARCHITECTURE.md).
-        loop = eventloop.name_of(compat.daphne.twisted_loop())
-        listening = Listening(
-            self.stderr,
-            [
-                f"Impri {cli.version()}: {storage.describe()}; event loop {loop}",
-                f"Impri is listening on http://{host}:{port}/ (inbox at /inbox/, API at /api/v1/)",
-            ],
-            host,
-            port,
-        )
+        listening = Listening(self.stderr, host, port)
         listening.install()
         shutdown.install(reactor)
-        # Daphne's command line puts "." first on sys.path and imports the application: the
-        # application is imported here first, and "." dropped as soon as the server runs.
-        from impri import asgi  # noqa: F401
+        from impri.asgi import application
 
-        reactor.callWhenRunning(cli.drop_working_directory)
-        # -v 0: no daphne access log on stdout; impri.logs.AccessLog logs each request.
-        daphne_args = ["-v", "0", "-e", listen_endpoint(host, port, settings.IMPRI_LISTEN_BACKLOG)]
-        if proxy_headers:
-            daphne_args.append("--proxy-headers")
-        try:
-            CommandLineInterface().run([*daphne_args, "impri.asgi:application"])
-        except SystemExit:  # daphne's exit(1) when it could not listen
-            if not listening.failed:
-                raise
-        if listening.failed:
-            raise CommandError(listening.failed, returncode=2)
+        proxy = {}
+        if proxy_headers:  # what daphne's --proxy-headers sets
+            proxy = {
+                "proxy_forwarded_address_header": "X-Forwarded-For",
+                "proxy_forwarded_port_header": "X-Forwarded-Port",
+                "proxy_forwarded_proto_header": "X-Forwarded-Proto",
+            }
+        server = Server(
+            application,
+            endpoints=[listen_endpoint(host, port, settings.IMPRI_LISTEN_BACKLOG)],
+            # No daphne access log: impri.logs.AccessLog logs each request.
+            verbosity=0,
+            ready_callable=listening.listened,
+            **proxy,
+        )
+        server.run()
+        if not server.listening_addresses:  # daphne logged the failure and stopped
+            raise CommandError(listening.could_not_listen(), returncode=2)
 
     def execute(self, *args, **options):
         self.preflight()  # before the system checks: one of them reads the database
@@ -96,39 +92,48 @@ class Command(BaseCommand):
             self.stderr.write(f"impri: warning: {warning}")
 
 
-class Listening:
+class Listening(logging.Filter):
     """Say "listening" once the socket is bound, and say what to do when it cannot be.
 
     Daphne logs its own start-up at INFO ("Starting server at", "HTTP/2 support not
-    enabled", "Configuring endpoint"...), and a port in use as a CRITICAL line: below IMPRI_LOG_LEVEL=DEBUG
-    its INFO lines are dropped, and the port's error names the fix instead.
+    enabled", "Configuring endpoint"...), and a port in use as a CRITICAL line: below
+    IMPRI_LOG_LEVEL=DEBUG its INFO lines are dropped, and the port's error names the fix
+    instead. The banner is printed by daphne's ``ready_callable``, once its endpoints
+    have been set listening.
     """
 
-    def __init__(self, stderr, banner: list[str], host: str, port: int):
-        self.stderr, self.banner, self.host, self.port = stderr, banner, host, port
-        self.failed = ""
+    def __init__(self, stderr, host: str, port: int):
+        super().__init__()
+        self.stderr, self.host, self.port = stderr, host, port
+        self.reason = ""
 
     def install(self) -> None:
         daphne_log = logging.getLogger("daphne")
         if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
             daphne_log.setLevel(logging.WARNING)
-        compat.daphne.on_listen(self.listened, self.could_not_listen)
-        compat.daphne.light_input_queues()  # about 3 KB less a waiting agent (issue 34)
+        logging.getLogger("daphne.server").addFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """daphne's "Listen failure: ..." line: its reason goes into our message, not the log."""
+        if record.getMessage().startswith("Listen failure: "):
+            self.reason = record.getMessage().removeprefix("Listen failure: ")
+            return False
+        return True
 
     def listened(self) -> None:
-        for line in self.banner:
-            self.stderr.write(line)
+        loop = eventloop.name_of(asyncio.get_event_loop())  # daphne's, set before it is ready
+        self.stderr.write(f"Impri {cli.version()}: {storage.describe()}; event loop {loop}")
+        self.stderr.write(
+            f"Impri is listening on http://{self.host}:{self.port}/ "
+            "(inbox at /inbox/, API at /api/v1/)"
+        )
         self.stderr.flush()
 
-    def could_not_listen(self, failure) -> None:
-        from twisted.internet.error import CannotListenError
-
-        reason = failure.getErrorMessage()
-        if isinstance(failure.value, CannotListenError) and isinstance(
-            failure.value.socketError, OSError
-        ):
-            reason = failure.value.socketError.strerror or reason
-        self.failed = (
+    def could_not_listen(self) -> str:
+        # Twisted's "Couldn't listen on host:port: [Errno 98] Address already in use."
+        found = re.search(r"\[Errno \d+\] (.*?)\.?$", self.reason)
+        reason = found.group(1) if found else self.reason or "daphne could not listen"
+        return (
             f"cannot listen on {self.host}:{self.port} ({reason}). Choose "
             f"another port with --port {self.port + 1} or IMPRI_PORT={self.port + 1}"
             ", or stop what is using it."

@@ -5,11 +5,16 @@ import os
 import sys
 import warnings
 
+from celery.concurrency import get_implementation
+from celery.exceptions import SecurityError, SecurityWarning
+from celery.platforms import maybe_drop_privileges
+from celery.utils.nodenames import default_nodename
 from django.conf import settings
 from django.core import checks
 from django.core.management.base import BaseCommand, CommandError
 
 from impri import storage
+from plumbing.celery import app
 
 NEEDS_REDIS = (
     "impri {command} needs REDIS_URL (the Celery broker, e.g. redis://127.0.0.1:6379/0). "
@@ -28,7 +33,6 @@ def start_background_process(command: str, stderr, loglevel: str | None) -> None
     stderr.write(f"Impri {command}: {storage.describe()}")
     if command == "worker" and hasattr(os, "geteuid") and os.geteuid() == 0:
         # Celery's own warning is fifteen lines on every start; this says what to do instead.
-        from celery.exceptions import SecurityWarning
 
         warnings.filterwarnings("ignore", category=SecurityWarning)
         stderr.write(
@@ -56,9 +60,9 @@ class Command(BaseCommand):
         parser.add_argument("--loglevel", default=None, help="Default: IMPRI_LOG_LEVEL.")
 
     def handle(self, *args, concurrency, loglevel, **options):
-        from plumbing.celery import app
 
         start_background_process("worker", self.stderr, loglevel)
+        # deferred: beat loads no model (tests/project/test_beat.py), and it imports this module
         from approvals import grants
 
         # This process signs the grants its webhooks carry (approvals/grants.py); beat signs none.
@@ -78,8 +82,6 @@ def run_worker(app, concurrency: int | None) -> None:
     this one; these are the arguments it passes to ``app.Worker`` by default
     (``tests/project/test_footprint.py`` compares them with the command line's).
     """
-    from celery.exceptions import SecurityError
-    from celery.platforms import maybe_drop_privileges
 
     try:
         maybe_drop_privileges()
@@ -93,8 +95,6 @@ def run_worker(app, concurrency: int | None) -> None:
 
 
 def worker_arguments(app, concurrency: int | None) -> dict:
-    from celery.concurrency import get_implementation
-    from celery.utils.nodenames import default_nodename
 
     return {
         "hostname": default_nodename(None),

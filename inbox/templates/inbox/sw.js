@@ -47,11 +47,13 @@ function sameOriginPath(raw) {
 self.addEventListener("push", (event) => {
   let data = {};
   try { data = event.data ? event.data.json() : {}; } catch (e) { data = {}; }
-  const title = data.amount ? `${data.amount} waiting for you` : "An action is waiting for you";
+  const title = data.kind === "ledger.exception"
+    ? [data.headline || "Reconciliation exception", data.amount].filter(Boolean).join(": ")
+    : data.amount ? `${data.amount} waiting for you` : "An action is waiting for you";
   const body = [data.what || "", data.title || ""].filter(Boolean).join("\n");
   event.waitUntil(self.registration.showNotification(title, {
     body: body,
-    tag: data.action_id || "impri",
+    tag: data.action_id || data.topic || "impri",
     renotify: true,
     icon: ICON,
     badge: ICON,
