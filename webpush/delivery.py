@@ -51,6 +51,7 @@ HEADLINES = {
     PushDelivery.Kind.NEW: "Review needed",
     PushDelivery.Kind.ESCALATED: "Escalated to you",
     PushDelivery.Kind.REMINDER: "Still waiting for you",
+    PushDelivery.Kind.LEDGER: "Reconciliation exception",
 }
 
 
@@ -74,8 +75,12 @@ def owners():
     return PushSubscription.objects.exclude(Exists(earlier))
 
 
-def enqueue(action: Action, group: Group, kind: str) -> int:
-    """One row per push subscription the group's active members own; how many."""
+def enqueue(action: Action | None, group: Group, kind: str, detail: dict | None = None) -> int:
+    """One row per push subscription the group's active members own; how many.
+
+    A push with no action (a reconciliation exception about a movement nobody approved)
+    says what ``detail`` holds: ``title``, ``amount``, ``url`` and ``topic``.
+    """
     if kind not in PushDelivery.Kind.values:
         return 0
     subscriptions = list(
@@ -87,7 +92,7 @@ def enqueue(action: Action, group: Group, kind: str) -> int:
     if not subscriptions:
         return 0
     PushDelivery.objects.bulk_create(
-        PushDelivery(subscription_id=pk, action=action, group=group, kind=kind)
+        PushDelivery(subscription_id=pk, action=action, group=group, kind=kind, detail=detail or {})
         for pk in subscriptions
     )
     outbox.kick_on_commit(TASK)
@@ -100,6 +105,17 @@ def enqueue(action: Action, group: Group, kind: str) -> int:
 def message(row: PushDelivery) -> dict:
     """The push's JSON: ``action_id``, ``title``, ``amount``, ``url`` (and a headline)."""
     action = row.action
+    if action is None:
+        return {
+            "action_id": None,
+            "title": one_line(row.detail.get("title", ""), 120),
+            "amount": one_line(row.detail.get("amount", ""), 60),
+            "url": row.detail.get("url", ""),
+            "kind": row.kind,
+            "headline": HEADLINES.get(row.kind, "Review needed"),
+            "what": one_line(row.detail.get("amount", ""), 60),
+            "topic": row.detail.get("topic", ""),
+        }
     money = action_money.primary(action)
     amount = str(money) if money is not None else ""
     verb = one_line(outcome(action).verb, 60)
@@ -107,7 +123,8 @@ def message(row: PushDelivery) -> dict:
         "action_id": action.pk,
         "title": one_line(action.title, 120),
         "amount": amount,
-        "url": inbox_url(action),
+        "url": inbox_url(action)
+        + ("#reconciliation" if row.kind == PushDelivery.Kind.LEDGER else ""),
         "kind": row.kind,
         "headline": HEADLINES.get(row.kind, "Review needed"),
         "what": f"{verb} {amount}".strip() if amount else verb,
@@ -118,6 +135,7 @@ def encrypted(subscription: PushSubscription, data: dict) -> tuple[bytes, dict[s
     """The body (aes128gcm, RFC 8291) and headers (VAPID, TTL, urgency) for one push."""
     # pywebpush brings aiohttp and requests: loaded by the first push, not by every process
     # that loads the app (docs/benchmarks.md, "The scaled stack's idle footprint").
+    # deferred: pywebpush: an idle worker never loads it (tests/project/test_footprint.py)
     from pywebpush import WebPusher
 
     pusher = WebPusher(
@@ -133,7 +151,9 @@ def encrypted(subscription: PushSubscription, data: dict) -> tuple[bytes, dict[s
         "Content-Type": "application/octet-stream",
         "TTL": str(TTL_S),
         "Urgency": "high",
-        "Topic": str(data["action_id"])[:32],  # a newer push about it replaces an undelivered one
+        "Topic": str(data["action_id"] or data.get("topic") or "impri")[
+            :32
+        ],  # a newer push about it replaces an undelivered one
     }
     return body, headers
 
@@ -196,6 +216,8 @@ send_in_background = OUTBOX.send_in_background
 
 def check_still_relevant(row: PushDelivery) -> None:
     action = row.action
+    if row.kind == PushDelivery.Kind.LEDGER:
+        return  # about money that moved: told whatever the action's state
     if action.effective_status != ActionStatus.PENDING:
         raise Skip(f"the action is {action.effective_status} now")
     if action.review_group_id != row.group_id:

@@ -44,19 +44,25 @@ class PushSubscription(models.Model):
 
 
 class PushDelivery(OutboxRow):
-    """One push to one subscription about one action: an outbox row like a webhook."""
+    """One push to one subscription about one action (or a movement with none): an outbox row."""
 
     class Kind(models.TextChoices):
         NEW = "new", "New action"
         ESCALATED = "escalated", "Escalated"
         REMINDER = "reminder", "Reminder"
+        LEDGER = "ledger.exception", "Reconciliation exception"  # ledger/notices.py
 
     subscription = models.ForeignKey(
         PushSubscription, on_delete=models.CASCADE, related_name="deliveries"
     )
-    action = models.ForeignKey(Action, on_delete=models.CASCADE, related_name="pushes")
+    # None for a reconciliation exception with no action (money moved without an approval).
+    action = models.ForeignKey(
+        Action, null=True, blank=True, on_delete=models.CASCADE, related_name="pushes"
+    )
     group = models.ForeignKey(Group, on_delete=models.CASCADE, related_name="+")
     kind = models.CharField(max_length=20, choices=Kind.choices)
+    # What a push with no action says: title, amount, url, topic (ledger/notices.py).
+    detail = models.JSONField(default=dict, blank=True)
 
     class Meta(OutboxRow.Meta):
         verbose_name_plural = "push deliveries"

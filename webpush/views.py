@@ -53,22 +53,11 @@ def subscriptions(request: HttpRequest) -> HttpResponse:
     if request.method == "GET":
         mine = PushSubscription.objects.filter(user=request.user)
         return JsonResponse({"devices": [_device(s) for s in mine]})
-    try:
-        body = strict_json.loads(request.body or b"{}")
-    except strict_json.Refused as exc:
-        return _error(f"body: {exc}", status=422)
-    except ValueError:
-        return _error("the body must be JSON")
-    if not isinstance(body, dict):
-        return _error("the body must be a JSON object")
+    body = _json_object(request)
+    if isinstance(body, HttpResponse):
+        return body
     if request.method == "DELETE":
-        endpoint = body.get("endpoint") or request.GET.get("endpoint")
-        if not isinstance(endpoint, str) or not endpoint:
-            return _error("name the subscription's endpoint")
-        removed = PushSubscription.objects.filter(user=request.user, endpoint=endpoint).delete()[0]
-        if not removed:
-            return _error("no such subscription of yours", status=404)
-        return HttpResponse(status=204)
+        return _unsubscribe(request, body)
     try:
         fields = endpoints.parse(body)
     except endpoints.Invalid as exc:
@@ -80,6 +69,29 @@ def subscriptions(request: HttpRequest) -> HttpResponse:
         return _error("this subscription is being saved already; try again", status=409)
     # 201 whatever was there: the answer never says whether anyone else registered it.
     return JsonResponse(_device(subscription), status=201)
+
+
+def _json_object(request: HttpRequest) -> dict | HttpResponse:
+    """The request's body as a JSON object, or the answer that refuses it."""
+    try:
+        body = strict_json.loads(request.body or b"{}")
+    except strict_json.Refused as exc:
+        return _error(f"body: {exc}", status=422)
+    except ValueError:
+        return _error("the body must be JSON")
+    if not isinstance(body, dict):
+        return _error("the body must be a JSON object")
+    return body
+
+
+def _unsubscribe(request: HttpRequest, body: dict) -> HttpResponse:
+    endpoint = body.get("endpoint") or request.GET.get("endpoint")
+    if not isinstance(endpoint, str) or not endpoint:
+        return _error("name the subscription's endpoint")
+    removed = PushSubscription.objects.filter(user=request.user, endpoint=endpoint).delete()[0]
+    if not removed:
+        return _error("no such subscription of yours", status=404)
+    return HttpResponse(status=204)
 
 
 def _register(user, fields: dict, device: str) -> PushSubscription:
