@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -15,11 +16,10 @@ import pytest
 from asgiref.sync import SyncToAsync
 from django.conf import settings
 from django.contrib.auth.models import Group, User
-from django.core.management.color import no_style
 from django.db import connections
-from django.db.backends.base.operations import BaseDatabaseOperations
-from django.test import Client, TransactionTestCase
+from django.test import Client
 
+from approvals import group_cache
 from approvals.models import Agent
 from audit import guards
 from identity import keys
@@ -27,14 +27,48 @@ from identity import keys
 SCALED = bool(settings.DATABASE_URL)
 
 
+# --- Parallel workers (pytest-xdist, `-n 4` in the README's command) ----------------------
+# Each worker is a process of its own: pytest-django gives it its own test database
+# (`test_<name>_gw0`, the SQLite file with `_gw0` after its name), tests/live.py gives each
+# deployment a fresh database, data dir and free ports, and here each worker gets its own
+# keys in the shared Redis (IMPRI_REDIS_PREFIX's keys, set before the channel layer, the cache
+# or Celery's connection is first built), so no worker sees another's wake-ups, rate
+# counts or tasks. Tests that share an expensive module fixture (a live deployment) stay on
+# one worker together: `--dist loadfile`.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+
+
+def pytest_configure(config):
+    if not XDIST_WORKER:
+        return
+    keys = settings.CACHES.get("keys", {})
+    if keys.get("BACKEND", "").endswith("FileBasedCache"):
+        # The key check's generation (identity.keys) in a file: one per worker, or a key
+        # another worker saves makes this one's cached keys stale mid-test.
+        keys["LOCATION"] = f"{keys['LOCATION']}-{XDIST_WORKER}"
+    if not settings.REDIS_URL:
+        return
+    prefix = f"{settings.IMPRI_REDIS_PREFIX}test-{XDIST_WORKER}:"
+    settings.IMPRI_REDIS_PREFIX = prefix
+    for layer in settings.CHANNEL_LAYERS.values():
+        layer["CONFIG"]["prefix"] = prefix + "asgi"
+    for cache in settings.CACHES.values():
+        cache["KEY_PREFIX"] = prefix + "impri"
+    settings.CELERY_BROKER_TRANSPORT_OPTIONS = {
+        **settings.CELERY_BROKER_TRANSPORT_OPTIONS,
+        "global_keyprefix": prefix,
+    }
+
+
 # --- The suite's own way around the audit log's append-only triggers ----------------
-# Django empties the tables between transactional tests (TRUNCATE on PostgreSQL,
-# DELETE on SQLite), which the triggers refuse. Only this flush lifts them, for
-# its own statements, and puts them back; no application code path can.
+# Django empties the tables after each transactional test (its flush: TRUNCATE on
+# PostgreSQL, DELETE on SQLite), which the triggers refuse. Only that teardown lifts them,
+# for its own statements, and puts them back: the test itself ran with them on, and no
+# application code path can lift them. (pytest's teardown phase runs pytest-django's
+# TransactionTestCase teardown, where the flush is; no Django method is replaced.)
 
 
-@contextmanager
-def _audit_guards_lifted(connection):
+def _lift_audit_guards(connection) -> None:
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             for table in guards.GUARDED_TABLES:
@@ -42,57 +76,57 @@ def _audit_guards_lifted(connection):
         else:
             for name in guards.SQLITE_TRIGGERS:
                 cursor.execute(f"DROP TRIGGER IF EXISTS {name}")
+
+
+def _restore_audit_guards(connection) -> None:
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            for table in guards.GUARDED_TABLES:
+                cursor.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
+        else:
+            for statement in guards.SQLITE_TRIGGERS.values():
+                cursor.execute(statement)
+
+
+@contextmanager
+def _audit_guards_lifted(connection):
+    """The triggers off for the block's statements (tests that play the attacker use it too)."""
+    _lift_audit_guards(connection)
     try:
         yield
     finally:
-        with connection.cursor() as cursor:
-            if connection.vendor == "postgresql":
-                for table in guards.GUARDED_TABLES:
-                    cursor.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
-            else:
-                for statement in guards.SQLITE_TRIGGERS.values():
-                    cursor.execute(statement)
+        _restore_audit_guards(connection)
 
 
-_flush = BaseDatabaseOperations.execute_sql_flush
+def _flushes_after(item) -> bool:
+    """Whether pytest-django empties the tables after this test (a transactional test)."""
+    if {"transactional_db", "live_server"} & set(getattr(item, "fixturenames", ())):
+        return True
+    marker = item.get_closest_marker("django_db")
+    return bool(marker and (marker.kwargs.get("transaction") or marker.args[:1] == (True,)))
 
 
-def _flush_around_audit_guards(self, sql_list):
-    with _audit_guards_lifted(self.connection):
-        _flush(self, sql_list)
+_DB_BLOCKER = pytest.StashKey()
 
 
-BaseDatabaseOperations.execute_sql_flush = _flush_around_audit_guards
+@pytest.fixture(autouse=True)
+def _db_blocker_for_teardown(request, django_db_blocker):
+    request.node.stash[_DB_BLOCKER] = django_db_blocker
 
 
-# --- Transactional tests empty the tables, not the rows migrations made -------------
-# Django's flush empties every table and then replays post_migrate, which re-creates the
-# content types and permissions the migrations made: about a fifth of the fast loop's time
-# spent rebuilding rows nothing changed. Those two tables are kept instead (their ids stay
-# the same, so ContentType's cache stays true); every other table is emptied as before.
-# Nothing else in the project listens to post_migrate.
-KEPT_BY_FLUSH = frozenset({"django_content_type", "auth_permission"})
-_fixture_teardown = TransactionTestCase._fixture_teardown
-
-
-def _flush_keeping_migration_rows(self):
-    if self.available_apps is not None or self.serialized_rollback:
-        return _fixture_teardown(self)
-    for alias in self._databases_names(include_mirrors=False):
-        connection = connections[alias]
-        tables = [
-            table
-            for table in connection.introspection.django_table_names(
-                only_existing=True, include_views=False
-            )
-            if table not in KEPT_BY_FLUSH
-        ]
-        connection.ops.execute_sql_flush(
-            connection.ops.sql_flush(no_style(), tables, reset_sequences=False)
-        )
-
-
-TransactionTestCase._fixture_teardown = _flush_keeping_migration_rows
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    blocker = item.stash.get(_DB_BLOCKER, None)
+    if blocker is None or not _flushes_after(item):
+        return (yield)
+    with blocker.unblock():
+        _lift_audit_guards(connections["default"])
+    try:
+        return (yield)
+    finally:
+        if nextitem is not None:  # after the last test the session's teardown dropped the database
+            with blocker.unblock():
+                _restore_audit_guards(connections["default"])
 
 
 @dataclass
@@ -181,6 +215,13 @@ def _fast_password_hashing(settings):
 
 
 @pytest.fixture(autouse=True)
+def _no_groups_from_an_earlier_test():
+    """The groups this process read (approvals.group_cache) went with the last test's
+    database: emptying it between tests sends no signal, so the process forgets them here."""
+    group_cache.forget()
+
+
+@pytest.fixture(autouse=True)
 def _async_tests_leave_no_connection(request):
     """An async test's ``sync_to_async`` calls ran on asgiref's one sync thread: close its connection.
 
@@ -250,6 +291,11 @@ def _starts_processes(module) -> bool:
     return False
 
 
+# Under xdist (`--dist loadgroup`), an e2e module's tests run on one worker, in order: they
+# share its module fixtures (a live deployment, a browser), which another worker would start
+# again. xdist sends the biggest groups first; the fast tests, one by one, fill in after.
+# (tryfirst: xdist reads the marks in its own hook.)
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     seen: dict[object, bool] = {}
     for item in items:
@@ -260,6 +306,8 @@ def pytest_collection_modifyitems(config, items):
             seen[module] = _starts_processes(module)
         if seen[module] and item.get_closest_marker("e2e") is None:
             item.add_marker(pytest.mark.e2e)
+        if item.get_closest_marker("e2e") is not None:
+            item.add_marker(pytest.mark.xdist_group(module.__name__))
 
 
 @pytest.fixture(autouse=True)

@@ -2,8 +2,10 @@
 
 On the embedded leg each deployment gets a fresh data dir (SQLite, in-memory
 layer). On the scaled leg (DATABASE_URL set) it gets a fresh PostgreSQL
-database and shares the Redis of REDIS_URL. Several servers of one deployment
-share its database, like daphne processes behind a proxy.
+database and its own keys in the Redis of REDIS_URL (``IMPRI_REDIS_PREFIX``), so
+deployments that pytest-xdist's workers run at the same time never see each
+other's wake-ups or tasks. Several servers of one deployment share its database
+and keys, like daphne processes behind a proxy.
 """
 
 from __future__ import annotations
@@ -54,8 +56,11 @@ class Deployment:
             parts = urlsplit(base_url)
             self.env["DATABASE_URL"] = urlunsplit(parts._replace(path="/" + self.db_name))
             self.base_db_url = base_url
+        self.redis_prefix = ""
         if os.environ.get("REDIS_URL"):
             self.env["REDIS_URL"] = os.environ["REDIS_URL"]
+            self.redis_prefix = f"e2e-{secrets.token_hex(6)}:"
+            self.env["IMPRI_REDIS_PREFIX"] = self.redis_prefix
         self.env.update(env)
         self.servers: list[Server] = []
 
@@ -99,6 +104,7 @@ class Deployment:
 
 class Server:
     def __init__(self, deployment: Deployment, *, migrate: bool, env: dict):
+        self.deployment = deployment
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.metrics_token = {**deployment.env, **env}["IMPRI_METRICS_TOKEN"]

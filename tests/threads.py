@@ -37,41 +37,22 @@ def in_sleep_syscall(task: Path) -> bool:
         return False
 
 
-def on_sqlite_writer_queue(ident: int) -> bool:
-    """Whether thread ``ident`` of this process waits on Impri's SQLite writer queue now."""
-    frame = sys._current_frames().get(ident)
-    return frame is not None and (
-        frame.f_code.co_name == "_start_transaction_under_autocommit"
-        and frame.f_code.co_filename.endswith(str(Path("compat", "django.py")))
-    )
-
-
 def in_sqlite_busy_wait(ident: int) -> bool:
     """Whether thread ``ident`` of this process is in a ``BEGIN`` that waits for SQLite's lock.
 
-    Its innermost Python frame is then Django's SQLite cursor running the ``BEGIN``:
+    Its innermost Python frame is then Django's SQLite backend running the ``BEGIN``
+    (``BEGIN IMMEDIATE`` from ``_start_transaction_under_autocommit``, or a cursor's):
     that statement's C call is where SQLite's busy handler sleeps until the file's
     lock frees. Read from the thread's frames, so it holds on every platform (the
     syscall numbers of ``in_sleep_syscall`` are x86_64's).
     """
     frame = sys._current_frames().get(ident)
-    return frame is not None and (
-        frame.f_code.co_name == "execute"
-        and frame.f_code.co_filename.endswith(str(Path("backends", "sqlite3", "base.py")))
-        and str(frame.f_locals.get("query", "")).lstrip().upper().startswith("BEGIN")
-    )
-
-
-def count_hops(monkeypatch) -> list:
-    """The functions sent to ``plumbing.db_threads``'s pool from now on, by name, in order."""
-    from plumbing import db_threads
-
-    calls: list = []
-    real = db_threads.run
-
-    async def counted(fn, *args, **kwargs):
-        calls.append(getattr(fn, "__name__", fn))
-        return await real(fn, *args, **kwargs)
-
-    monkeypatch.setattr(db_threads, "run", counted)
-    return calls
+    if frame is None or not frame.f_code.co_filename.endswith(
+        str(Path("backends", "sqlite3", "base.py"))
+    ):
+        return False
+    if frame.f_code.co_name == "_start_transaction_under_autocommit":  # BEGIN IMMEDIATE
+        return True
+    return frame.f_code.co_name == "execute" and str(
+        frame.f_locals.get("query", "")
+    ).lstrip().upper().startswith("BEGIN")

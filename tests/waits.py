@@ -5,7 +5,7 @@ blocked; sleeping "long enough" only hopes so, and under load it may decide
 first and test the initial read instead. These helpers wait for what shows it:
 
 - in-process (:func:`parked`): the waiter's registration in this process's hub
-  (``approvals.services.waiting``) has reached ``Watch.wait``, which it does only after
+  (``waiting.hub``) has reached ``Watch.wait``, which it does only after
   joining the action's group and reading the row once;
 - against a live server (:func:`server_waiters`): the ``impri_waiters`` gauge
   on its ``/metrics`` (every :class:`tests.live.Deployment` sets
@@ -53,7 +53,7 @@ def parked(action_id: str | None = None) -> int:
     does only after the group join and its first read; until woken it is not done.
     A decision from then on can reach the waiter only by a wake.
     """
-    from approvals.services import waiting
+    from waiting import hub as waiting
 
     count = 0
     for hub in list(waiting._hubs.values()):

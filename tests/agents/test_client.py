@@ -205,6 +205,31 @@ def test_a_failing_block_reports_failed_and_reraises(impri, rita):
     assert stored.result.detail == {"error": "RuntimeError", "message": "card expired"}
 
 
+def test_a_gate_reports_the_processors_reference_beside_its_detail(impri, rita):
+    def run_block():
+        with gated(
+            impri, kind="order.note", title="Refund order 5021", payload={"order_id": "5021"}
+        ) as gate:
+            assert gate.action_id  # what the agent passes as metadata[impri_action_id]
+            gate.detail = {"refund": "re_5021", "note": "kept"}
+            gate.reference = "re_5021"
+
+    run = in_thread(run_block)
+    action = rita.pending_titled("Refund order 5021")
+    rita.approve(action["action_id"])
+    assert "error" not in finished(run)
+    stored = impri.get(action["action_id"])
+    assert stored.result.reference == "re_5021"
+    assert stored.result.detail == {"refund": "re_5021", "note": "kept"}
+    # A report without a reference reads as None, and report_result takes it directly.
+    other = impri.push(**refund_body(title="Refund order 5022"))
+    rita.approve(other.action_id)
+    reported = impri.report_result(
+        other.action_id, status="executed", detail="ok", reference="re_9"
+    )
+    assert (reported.result.reference, reported.result.detail) == ("re_9", "ok")
+
+
 def test_await_decision_calls_again_while_pending_until_decided(live, rita):
     calls = []
     http = httpx.Client(event_hooks={"request": [calls.append]})

@@ -1,52 +1,60 @@
-"""The decision long-poll served below Django (approvals.api.longpoll): Django's answers, less held.
+"""The decision long-poll's consumer (waiting.consumers) answers as the API's route does.
 
-Driven through the whole ASGI application (``impri.asgi.application``: the access log,
-the body limit, the router), as daphne calls it. ``timeout_s=0e0`` is a spelling the
-long-poll leaves to Django (ninja reads it as 0), which is how the two paths are put
-side by side; the handler's ``fallback`` is counted to know which path answered.
+Both are driven as daphne drives them, through ASGI: the served application
+(``impri.asgi.application``: the access log, the body limit, Channels' router, which
+sends ``GET /api/v1/actions/{id}/decision`` to ``DecisionConsumer``) and Django's own
+handler (``impri.asgi.django_asgi``, where the same path is the ninja route
+``agent_doors.api.agent.await_decision``). For every status an action can be in and every
+error, the two answers are equal: status, body and the headers an agent reads.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 from asgiref.sync import sync_to_async
 from asgiref.testing import ApplicationCommunicator
+from django.db import OperationalError
+from django.utils import timezone
 
+from agent_doors.api import agent as agent_routes
 from approvals import services
-from approvals.services import waiting
+from approvals.models import Action, ActionStatus
+from approvals.services import waiting as waiting_service
 from impri.asgi import application, django_asgi
 from tests.factories import make_action
-from tests.waits import until_parked
+from tests.waits import until, until_parked
+from waiting import consumers
+from waiting import hub as waiting
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-
-@pytest.fixture
-def fallbacks(monkeypatch) -> list[str]:
-    """The paths the long-poll handed to Django's API handler."""
-    handed: list[str] = []
-    original = django_asgi.longpoll.fallback
-
-    async def counting(scope, receive, send):
-        handed.append(scope["path"] + "?" + scope["query_string"].decode())
-        return await original(scope, receive, send)
-
-    monkeypatch.setattr(django_asgi.longpoll, "fallback", counting)
-    return handed
+# The headers an agent reads; the rest (the request id, the date) differ by call.
+COMPARED_HEADERS = {
+    "content-type",
+    "cache-control",
+    "retry-after",
+    "allow",
+    "x-frame-options",
+    "x-content-type-options",
+    "referrer-policy",
+    "location",
+}
 
 
-def scope(path: str, query: str = "", key: str | None = None) -> dict:
+def scope(path: str, query: str = "", key: str | None = None, method: str = "GET") -> dict:
     headers = [(b"host", b"testserver")]
     if key is not None:
-        headers.append((b"authorization", f"Bearer {key}".encode()))
+        raw = key.removeprefix("raw:") if key.startswith("raw:") else f"Bearer {key}"
+        headers.append((b"authorization", raw.encode()))
     return {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
-        "method": "GET",
+        "method": method,
         "scheme": "http",
         "path": path,
         "raw_path": path.encode(),
@@ -58,8 +66,8 @@ def scope(path: str, query: str = "", key: str | None = None) -> dict:
     }
 
 
-async def start(path: str, query: str = "", key: str | None = None) -> ApplicationCommunicator:
-    communicator = ApplicationCommunicator(application, scope(path, query, key))
+async def start(app, path: str, query: str = "", key: str | None = None, method: str = "GET"):
+    communicator = ApplicationCommunicator(app, scope(path, query, key, method))
     await communicator.send_input({"type": "http.request", "body": b"", "more_body": False})
     return communicator
 
@@ -76,145 +84,171 @@ async def answer(communicator: ApplicationCommunicator, timeout: float = 10):
     headers = {
         name.decode().lower(): value.decode()
         for name, value in start["headers"]
-        if name.lower() != b"x-request-id"
+        if name.decode().lower() in COMPARED_HEADERS
     }
-    return start["status"], headers, json.loads(body)
+    return start["status"], headers, json.loads(body) if body else None
 
 
-async def get(path: str, query: str = "", key: str | None = None):
-    return await answer(await start(path, query, key))
+async def served(path: str, query: str = "", key: str | None = None, method: str = "GET"):
+    """The answer of the served application (the consumer)."""
+    return await answer(await start(application, path, query, key, method))
+
+
+async def api(path: str, query: str = "", key: str | None = None, method: str = "GET"):
+    """The answer of the API's route, through Django's own ASGI handler."""
+    return await answer(await start(django_asgi, path, query, key, method))
+
+
+async def both(path: str, query: str = "", key: str | None = None, method: str = "GET"):
+    by_consumer = await served(path, query, key, method)
+    by_api = await api(path, query, key, method)
+    return by_consumer, by_api
 
 
 def decision_path(action) -> str:
     return f"/api/v1/actions/{action.pk}/decision"
 
 
-async def test_a_pending_and_an_approved_answer_are_djangos_byte_for_byte(agent, rita, fallbacks):
-    action = await sync_to_async(make_action)(agent.agent)
-    served = await get(decision_path(action), "timeout_s=0", agent.key)
-    assert fallbacks == []
-    django = await get(decision_path(action), "timeout_s=0e0", agent.key)
-    assert len(fallbacks) == 1
-    assert served == django
-    assert served[0] == 200 and served[2]["status"] == "pending"
-    assert served[1]["cache-control"] == "no-store"  # the API middleware's after hooks ran
+def without_grant(answer_):
+    status, headers, body = answer_
+    return status, headers, {k: v for k, v in body.items() if k != "grant"}
 
-    await sync_to_async(services.decide)(
-        action.pk, by=rita.user, verdict="approve", edits={"payload.amount_cents": 5000}
+
+def test_the_consumer_and_the_route_default_to_the_same_wait():
+    assert (
+        consumers.DEFAULT_AWAIT_S == agent_routes.DEFAULT_AWAIT_S == waiting_service.DEFAULT_AWAIT_S
     )
-    served = await get(decision_path(action), "timeout_s=0", agent.key)
-    django = await get(decision_path(action), "timeout_s=0e0", agent.key)
-    assert len(fallbacks) == 2
-    assert served[2]["status"] == "approved" and served[2]["payload"]["amount_cents"] == 5000
-    assert served[2]["grant"] and served[2]["payload_sha256"]
-    # A grant is signed when it is read: its time may differ by a second between the two.
-    assert {k: v for k, v in served[2].items() if k != "grant"} == {
-        k: v for k, v in django[2].items() if k != "grant"
-    }
-    assert served[:2] == django[:2]
 
 
-async def test_every_refusal_is_djangos_or_ninjas(agent, other_agent, rita, fallbacks):
+async def test_every_status_is_answered_as_the_api_answers_it(agent, rita):
+    def settle(action_id: str, status: str) -> None:
+        if status == "approved":
+            services.decide(
+                action_id, by=rita.user, verdict="approve", edits={"payload.amount_cents": 5000}
+            )
+        elif status == "rejected":
+            services.decide(action_id, by=rita.user, verdict="reject", note="no")
+        elif status == "changes_requested":
+            services.request_changes(action_id, by=rita.user, note="split it")
+        elif status == "cancelled":
+            services.cancel_action(action_id, agent=agent.agent, reason="not needed")
+        elif status == "expired":  # overdue: a reader sees it expired before any sweep
+            Action.objects.filter(pk=action_id).update(expires_at=timezone.now())
+        elif status in ("executed", "failed"):
+            services.decide(action_id, by=rita.user, verdict="approve")
+            services.report_result(action_id, agent=agent.agent, status=status, detail="done")
+
+    statuses = [
+        "pending",
+        "approved",
+        "rejected",
+        "changes_requested",
+        "cancelled",
+        "expired",
+        "executed",
+        "failed",
+    ]
+    for status in statuses:
+        action = await sync_to_async(make_action)(agent.agent)
+        await sync_to_async(settle)(action.pk, status)
+        by_consumer, by_api = await both(decision_path(action), "timeout_s=0", agent.key)
+        assert by_consumer[0] == 200 and by_consumer[2]["status"] == status, by_consumer
+        assert by_consumer[1]["cache-control"] == "no-store"
+        # A grant is signed when it is read: its time may differ by a second between the two.
+        assert without_grant(by_consumer) == without_grant(by_api), status
+        if status == "approved":
+            assert by_consumer[2]["grant"] and by_consumer[2]["payload"]["amount_cents"] == 5000
+    assert {s.value for s in ActionStatus} <= set(statuses)
+
+
+async def test_every_error_is_answered_as_the_api_answers_it(agent, other_agent, rita):
     action = await sync_to_async(make_action)(agent.agent)
     path = decision_path(action)
-    handed_to_django = [
+    cases = [
         (path, "timeout_s=0", None, 401, "not_authenticated"),
         (path, "timeout_s=0", "imp_a_not-a-key", 401, "not_authenticated"),
+        (path, "timeout_s=0", f"raw:Basic {agent.key}", 401, "not_authenticated"),
+        (path, "timeout_s=0", "raw:Bearer", 401, "not_authenticated"),
         (path, "timeout_s=0", rita.key, 403, "forbidden"),
-        (path, "timeout_s=-1", agent.key, 422, None),
-        (path, "timeout_s=soon", agent.key, 422, None),
-        (path, "timeout_s=", agent.key, 422, None),
-        (path, "timeout_s=5&timeout_s=", agent.key, 422, None),
-        (path, "&".join(["f=1"] * 1001) + "&timeout_s=0", agent.key, 400, None),
-        (path, "timeout_s=0&timeout_s=1", agent.key, 200, None),
+        (path, "timeout_s=0", other_agent.key, 403, "forbidden"),
+        ("/api/v1/actions/act_nope/decision", "timeout_s=0", agent.key, 404, "not_found"),
+        ("/api/v1/actions/" + "é" * 3 + "/decision", "timeout_s=0", agent.key, 404, "not_found"),
+        ("/api/v1/actions/" + "a" * 120 + "/decision", "timeout_s=0", agent.key, 404, "not_found"),
+        (path, "timeout_s=-1", agent.key, 422, "invalid"),
+        (path, "timeout_s=soon", agent.key, 422, "invalid"),
+        (path, "timeout_s=", agent.key, 422, "invalid"),
+        (path, "timeout_s=5&timeout_s=", agent.key, 422, "invalid"),
+        (path, "timeout_s=-1", None, 401, "not_authenticated"),  # the key first
+        (path, "timeout_s=-1", rita.key, 422, "invalid"),  # the parameters, then the view
+        (path, "timeout_s=0%00", agent.key, 422, "invalid"),
+        (path, "timeout_s=0&timeout_s=0.5", agent.key, 200, None),
+        (path, "timeout_s=0e0", agent.key, 200, None),
     ]
-    for case_path, query, key, status, code in handed_to_django:
-        got_status, _, body = await get(case_path, query, key)
-        assert got_status == status, (query, key, body)
+    for case_path, query, key, status, code in cases:
+        by_consumer, by_api = await both(case_path, query, key)
+        assert by_consumer == by_api, (query, key)
+        assert by_consumer[0] == status, (query, key, by_consumer)
         if code:
-            assert body["code"] == code, body
-    assert len(fallbacks) == len(handed_to_django)
-    # Refused by the service once the key is checked: the API's answer, as ninja gives it.
-    for case_path, key, status, code in [
-        (path, other_agent.key, 403, "forbidden"),
-        ("/api/v1/actions/act_nope/decision", agent.key, 404, "not_found"),
-    ]:
-        served = await get(case_path, "timeout_s=0", key)
-        django = await get(case_path, "timeout_s=0e0", key)
-        assert served == django
-        assert served[0] == status and served[2]["code"] == code
-    assert len(fallbacks) == len(handed_to_django) + 2  # only the 0e0 spellings
+            assert by_consumer[2]["code"] == code, by_consumer
+            assert by_consumer[1]["content-type"].startswith("application/json")
+    by_consumer, by_api = await both(path, "timeout_s=0", agent.key, method="POST")
+    assert by_consumer == by_api and by_consumer[0] == 405
+    assert by_consumer[1]["allow"] == "GET"
 
 
-async def test_a_key_handed_on_to_django_is_counted_once(rita, settings, fallbacks):
-    from identity import keys
-
-    settings.IMPRI_RATE_LIMIT_PER_MIN = 3
-    action_path = "/api/v1/actions/act_any/decision"
-    statuses = [(await get(action_path, "timeout_s=0", rita.key))[0] for _ in range(3)]
-    assert statuses == [403, 403, 403]  # a reviewer's key: Django's 403, not yet limited
-    assert len(fallbacks) == 3
-    # The fourth call in the minute is the first over the limit (each was counted once).
-    with pytest.raises(keys.RateLimited):
-        await sync_to_async(keys.authenticate)(rita.key)
-
-
-async def test_an_action_id_no_layer_takes_leaves_the_layer_up(agent):
-    await sync_to_async(make_action)(agent.agent)
-    status, _, body = await get(
-        "/api/v1/actions/" + "é" * 3 + "/decision", "timeout_s=0", agent.key
-    )
-    assert status == 404
-    status, _, body = await get(
-        "/api/v1/actions/" + "a" * 120 + "/decision", "timeout_s=0", agent.key
-    )
-    assert status == 404
-    assert waiting.hub().layer_ok  # not taken for a channel layer failure
-
-
-async def test_a_decision_wakes_the_wait_at_once(agent, rita, fallbacks):
+async def test_a_rate_limited_key_is_answered_as_the_api_answers_it(agent, settings):
+    settings.IMPRI_RATE_LIMIT_PER_MIN = 2
     action = await sync_to_async(make_action)(agent.agent)
-    communicator = await start(decision_path(action), "timeout_s=30", agent.key)
+    path = decision_path(action)
+    if time.time() % 60 > 50:  # the limiter counts per wall-clock minute: start in one
+        await asyncio.sleep(60 - time.time() % 60 + 0.1)
+    assert (await served(path, "timeout_s=0", agent.key))[0] == 200
+    assert (await api(path, "timeout_s=0", agent.key))[0] == 200
+    by_consumer, by_api = await both(path, "timeout_s=0", agent.key)
+    # Retry-After counts the seconds left in the minute, so the later answer (the API's)
+    # may say one less when a second ticks between the two; the rest is equal.
+    waits = [int(answer_[1].pop("retry-after")) for answer_ in (by_consumer, by_api)]
+    assert by_consumer == by_api
+    assert by_consumer[0] == 429 and by_consumer[2]["code"] == "rate_limited"
+    assert 1 <= waits[1] <= waits[0] <= 60
+
+
+@pytest.mark.parametrize(
+    "failure, status, code",
+    [
+        (OperationalError("the database went away"), 503, "unavailable"),
+        (KeyError("x"), 500, "internal"),
+    ],
+)
+async def test_a_failure_is_answered_as_the_api_answers_it(
+    agent, monkeypatch, failure, status, code
+):
+    action = await sync_to_async(make_action)(agent.agent)
+
+    async def fails(*args, **kwargs):  # fault injection: the wait's read of the row fails
+        raise failure
+
+    monkeypatch.setattr("approvals.services.waiting._read", fails)
+    by_consumer, by_api = await both(decision_path(action), "timeout_s=0", agent.key)
+    assert by_consumer == by_api
+    assert by_consumer[0] == status and by_consumer[2]["code"] == code
+
+
+async def test_a_decision_wakes_the_wait_at_once(agent, rita):
+    action = await sync_to_async(make_action)(agent.agent)
+    communicator = await start(application, decision_path(action), "timeout_s=30", agent.key)
     await until_parked(count=1, timeout=10)
     await sync_to_async(services.decide)(action.pk, by=rita.user, verdict="reject", note="no")
     status, _, body = await answer(communicator, timeout=5)
     assert (status, body["status"], body["note"]) == (200, "rejected", "no")
-    assert fallbacks == []
     assert waiting.waiting() == 0
 
 
-async def test_a_client_that_goes_away_ends_its_wait(agent, fallbacks):
+async def test_a_wait_daphne_gives_up_on_leaves_the_hub(agent):
+    """A client gone: daphne cancels the consumer (``application_close_timeout``)."""
     action = await sync_to_async(make_action)(agent.agent)
-    communicator = await start(decision_path(action), "timeout_s=30", agent.key)
+    communicator = await start(application, decision_path(action), "timeout_s=30", agent.key)
     await until_parked(count=1, timeout=10)
-    await communicator.send_input({"type": "http.disconnect"})
-    await communicator.wait(5)  # the app returned, without an answer
-    assert await communicator.receive_nothing(0.1)
-    for _ in range(50):
-        if waiting.waiting() == 0:
-            break
-        await asyncio.sleep(0.1)
-    assert waiting.waiting() == 0
-    assert fallbacks == []
-
-
-async def test_a_pending_answer_is_written_on_the_work_lane_a_decision_on_the_wake_lane(
-    agent, rita, monkeypatch
-):
-    from plumbing import db_threads
-
-    lanes: list[tuple[str, str]] = []
-    real = db_threads.run
-
-    async def recording(fn, *args, lane: str = "work", **kwargs):
-        lanes.append((getattr(fn, "__name__", str(fn)), lane))
-        return await real(fn, *args, lane=lane, **kwargs)
-
-    monkeypatch.setattr(db_threads, "run", recording)
-    action = await sync_to_async(make_action)(agent.agent)
-    assert (await get(decision_path(action), "timeout_s=0", agent.key))[2]["status"] == "pending"
-    assert ("decision_out", "work") in lanes and ("decision_out", "wake") not in lanes
-    lanes.clear()
-    await sync_to_async(services.decide)(action.pk, by=rita.user, verdict="approve")
-    assert (await get(decision_path(action), "timeout_s=0", agent.key))[2]["status"] == "approved"
-    assert ("decision_out", "wake") in lanes and ("decision_out", "work") not in lanes
+    communicator.future.cancel()
+    await communicator.wait(5)
+    await until(lambda: waiting.waiting() == 0, timeout=5)

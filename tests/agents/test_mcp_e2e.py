@@ -97,16 +97,21 @@ def audit_trail(server, keys, action_id: str) -> list[str]:
     return [event["event"] for event in audit["items"]]
 
 
-def listening(action_id: str) -> int:
-    """Channels still in the action's group on the shared Redis (scaled leg only)."""
+def listening(server, action_id: str) -> int:
+    """Hubs still in the action's group on the deployment's Redis (scaled leg only): the
+    subscribers of channels_redis's pub/sub channel ``<prefix>asgi__group__<group>``."""
     import redis
 
-    return redis.Redis.from_url(os.environ["REDIS_URL"]).zcard(f"asgi:group:action.{action_id}")
+    client = redis.Redis.from_url(os.environ["REDIS_URL"])
+    [(_, count)] = client.pubsub_numsub(
+        f"{server.deployment.redis_prefix}asgi__group__action.{action_id}"
+    )
+    return count
 
 
-def wait_until_nobody_listens(action_id: str, timeout_s: float = 5) -> int:
+def wait_until_nobody_listens(server, action_id: str, timeout_s: float = 5) -> int:
     deadline = time.monotonic() + timeout_s
-    while (members := listening(action_id)) and time.monotonic() < deadline:
+    while (members := listening(server, action_id)) and time.monotonic() < deadline:
         time.sleep(0.1)  # another process's state: nothing to await
     return members
 
@@ -327,7 +332,7 @@ async def test_an_abandoned_wait_leaves_the_action_pending(server, keys, mode):
     # The server lets go of the wait (its gauge falls back), on either leg...
     await anyio.to_thread.run_sync(until_server_idle, server, before)
     if SCALED:  # ...and of the action's group on the shared Redis.
-        assert wait_until_nobody_listens(action_id) == 0, (
+        assert wait_until_nobody_listens(server, action_id) == 0, (
             "the server kept waiting after the hang-up"
         )
     rest = server.client(keys["agent"])
@@ -400,7 +405,7 @@ async def test_sigterm_answers_open_waits_pending_and_daphne_exits(deployment, s
     assert polled == ["pending"] * 40
     assert "still open" not in doomed.output()
     if SCALED:
-        assert wait_until_nobody_listens(action_id) == 0
+        assert wait_until_nobody_listens(doomed, action_id) == 0
     assert server.client(keys["agent"]).get(f"/actions/{action_id}").json()["status"] == "pending"
 
 

@@ -7,8 +7,8 @@ from contextlib import asynccontextmanager
 import httpx
 import pytest
 
-from approvals.mcp import build_server
-from approvals.mcp.http import AgentKeyVerifier, MCPHttpApp
+from agent_doors.mcp import build_server
+from agent_doors.mcp.http import AgentKeyVerifier, MCPHttpApp
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -8,6 +8,7 @@ field or the state problem, never a stack trace.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from contextlib import asynccontextmanager
 
@@ -15,13 +16,13 @@ import anyio
 import httpx
 import pytest
 from asgiref.sync import sync_to_async
-from channels.layers import get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.test import override_settings
 from mcp import Client
 
+from agent_doors.mcp import build_server, settle_waits
+from agent_doors.mcp.http import AgentKeyVerifier, MCPHttpApp, transport_security
 from approvals import events, services
-from approvals.mcp import build_server, settle_waits
-from approvals.mcp.http import AgentKeyVerifier, MCPHttpApp, transport_security
 from approvals.models import Action
 from audit.models import AuditEvent
 from identity import keys
@@ -75,15 +76,25 @@ def audit_trail(action_id: str) -> list[str]:
 
 
 def group_members(action_id: str) -> int:
-    """How many channels still listen for this action on the channel layer."""
-    layer = get_channel_layer()
+    """How many channels (hubs) still listen for this action on the waiters' layer."""
+    layer = get_channel_layer(events.WAKE_LAYER)
     group = events.action_group(action_id)
-    if hasattr(layer, "groups"):  # the in-memory layer
+    if isinstance(layer, InMemoryChannelLayer):
         return len(layer.groups.get(group, {}))
-    import redis
+    return redis_group_members(group)
 
-    client = redis.Redis.from_url(layer.hosts[0]["address"])
-    return client.zcard(layer._group_key(group))
+
+def redis_group_members(group: str) -> int:
+    """Subscribers of a group of channels_redis's pub/sub layer: the Redis channel
+    ``<prefix>__group__<group>`` (the waiters' layer's prefix: ``asgi`` after
+    IMPRI_REDIS_PREFIX, which each xdist worker sets)."""
+    import redis
+    from django.conf import settings
+
+    prefix = settings.CHANNEL_LAYERS["waiting"]["CONFIG"]["prefix"]
+    client = redis.Redis.from_url(os.environ["REDIS_URL"])
+    [(_, count)] = client.pubsub_numsub(f"{prefix}__group__{group}")
+    return count
 
 
 # --- Listing --------------------------------------------------------------------

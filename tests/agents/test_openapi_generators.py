@@ -30,6 +30,8 @@ OPERATION_IDS = {
     ("get", "/api/v1/audit/checkpoint"): "approvals_api_audit_state",
     ("post", "/api/v1/audit/verify/full"): "approvals_api_verify_audit_full",
     ("get", "/api/v1/audit/verify/full/{run_id}"): "approvals_api_verify_audit_full_result",
+    ("post", "/api/v1/ledger/movements"): "approvals_api_record_movement",
+    ("get", "/api/v1/ledger/movements"): "approvals_api_list_movements",
 }
 
 

@@ -1,15 +1,16 @@
-"""The chain's append on each backend: PostgreSQL's function hashes exactly as Python verifies.
+"""The chain's append, in Python on both databases, and the chains PostgreSQL appended before.
 
-On PostgreSQL the events are stamped, chained and hashed inside the database
-(``impri_audit_append``, see ``audit.chain``) from the encoding Python prepares;
-on SQLite Python does it all. Either way ``verify``, which recomputes every hash
-in Python, must accept the result, and the split encoding must be the canonical
-one for any event.
+Until issue 41, PostgreSQL stamped, chained and hashed the events inside the database
+(``impri_audit_append``, migration 0004, dropped by 0005) from an encoding Python split
+around ``at`` and ``seq``. Now ``audit.chain.append`` does it in Python everywhere; the
+chains the function wrote must still verify, and the split encoding it hashed must be
+the canonical one for any event.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -20,6 +21,19 @@ from hypothesis import strategies as st
 
 from audit import log as audit_log
 from audit.models import CURRENT_SCHEME, AuditEvent, ChainHead, canonical_json, format_at
+
+
+def hash_parts(entry: AuditEvent) -> tuple[bytes, bytes]:
+    """The encoding migration 0004's function hashed: split around ``at`` and ``seq``.
+
+    ``head + canonical_json(format_at(at)) + tail + str(seq) + "}"``: the keys sort as
+    ``action_id, actor_id, actor_ref, actor_type`` < ``at`` < ``data, event, scheme`` < ``seq``.
+    """
+    fields = {k: v for k, v in entry.hashed_fields().items() if k not in ("at", "seq")}
+    before = canonical_json({k: v for k, v in fields.items() if k < "at"})
+    after = canonical_json({k: v for k, v in fields.items() if k > "at"})
+    return before[:-1] + b',"at":', b"," + after[1:-1] + b',"seq":'
+
 
 # Strings PostgreSQL's text columns and UTF-8 accept (no NUL, no lone surrogate), as every
 # input path guarantees.
@@ -61,7 +75,8 @@ def test_the_split_encoding_is_the_canonical_one(
         event=event,
         data=data,
     )
-    head, tail = entry.hash_parts()
+    entry.seq, entry.at = 0, datetime(1970, 1, 1, tzinfo=UTC)
+    head, tail = hash_parts(entry)
     entry.seq = seq
     entry.at = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros)
     assembled = head + canonical_json(format_at(entry.at)) + tail + str(seq).encode() + b"}"
@@ -112,20 +127,20 @@ def test_appended_events_verify_and_chain_in_order():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_each_backend_appends_its_own_way():
-    """PostgreSQL: one call of the function under the lock. SQLite: Python's statements."""
+def test_both_databases_append_in_python_under_the_heads_lock():
+    """The head locked (FOR UPDATE where the database has it), one INSERT, the head moved."""
     with CaptureQueriesContext(connection) as queries, transaction.atomic(), audit_log.batch():
         for n in range(3):
             audit_log.record("test.way", actor_type="system", actor_id="system", data={"n": n})
     statements = [q["sql"] for q in queries.captured_queries]
-    calls = [s for s in statements if "impri_audit_append" in s]
-    touches_head = [s for s in statements if "audit_chainhead" in s]
-    if connection.vendor == "postgresql":
-        assert len(calls) == 1
-        assert touches_head == []  # the function locks and moves the head itself
-    else:
-        assert calls == []
-        assert any(s.lstrip().upper().startswith("UPDATE") for s in touches_head)
+    assert not [s for s in statements if "impri_audit_append" in s]
+    head = [s for s in statements if "audit_chainhead" in s]
+    assert head[0].lstrip().upper().startswith("SELECT")
+    if connection.features.has_select_for_update:
+        assert head[0].rstrip().upper().endswith("FOR UPDATE")
+    assert head[-1].lstrip().upper().startswith("UPDATE")
+    inserts = [s for s in statements if s.lstrip().startswith('INSERT INTO "audit_auditevent"')]
+    assert len(inserts) == 1  # the three events in one statement
     assert AuditEvent.objects.filter(event="test.way").count() == 3
     assert audit_log.verify().ok
 
@@ -162,14 +177,69 @@ def test_any_event_appended_in_the_database_hashes_as_python_verifies(events):
     assert audit_log.verify().ok
 
 
-@pytest.mark.skipif(
-    connection.vendor != "postgresql", reason="the function exists on PostgreSQL only"
-)
-@pytest.mark.django_db
-def test_the_migrated_function_is_the_one_in_the_migration():
-    """The database runs the SQL migration 0004 carries, the one place it is written."""
-    migration = importlib.import_module("audit.migrations.0004_append_function")
+OLD = importlib.import_module("audit.migrations.0004_append_function")
+
+
+def _append_as_0004(entries: list[AuditEvent]) -> None:
+    """What ``audit.chain`` ran on PostgreSQL before issue 41: one call of the function."""
+    document = []
+    for entry in entries:
+        entry.seq, entry.at = 0, datetime(1970, 1, 1, tzinfo=UTC)
+        head, tail = hash_parts(entry)
+        document.append(
+            {
+                "head": head.decode(),
+                "tail": tail.decode(),
+                "scheme": entry.scheme,
+                "actor_type": entry.actor_type,
+                "actor_id": entry.actor_id,
+                "actor_ref": entry.actor_ref,
+                "action_id": entry.action_id,
+                "event": entry.event,
+                "data": entry.data,
+            }
+        )
     with connection.cursor() as cursor:
-        cursor.execute("SELECT prosrc FROM pg_proc WHERE proname = 'impri_audit_append'")
-        (installed,) = cursor.fetchone()
-    assert installed.strip() == migration.CREATE.split("$$")[1].strip()
+        cursor.execute(
+            "SELECT out_seq FROM impri_audit_append(%s::jsonb) ORDER BY out_seq",
+            [json.dumps(document)],
+        )
+        assert len(cursor.fetchall()) == len(entries)
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="the function existed on PostgreSQL only"
+)
+@pytest.mark.django_db(transaction=True)
+def test_a_chain_the_database_function_appended_still_verifies_and_goes_on_in_python():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_proc WHERE proname = 'impri_audit_append'")
+        assert cursor.fetchone()[0] == 0  # migration 0005 dropped it
+    with connection.cursor() as cursor:
+        cursor.execute(OLD.CREATE)  # the chain of a database migrated before 0005
+    try:
+        with transaction.atomic():
+            _append_as_0004(
+                [
+                    AuditEvent(
+                        scheme=CURRENT_SCHEME,
+                        actor_type="agent",
+                        actor_id="bot \u00e9",
+                        actor_ref="agent:1",
+                        action_id=f"act_{i}",
+                        event="test.old",
+                        data=data,
+                    )
+                    for i, data in enumerate(TRICKY)
+                ]
+            )
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(OLD.DROP)
+    with transaction.atomic():
+        audit_log.record("test.new", actor_type="system", actor_id="system", data={"n": 1})
+    stored = list(AuditEvent.objects.order_by("seq"))
+    assert [e.event for e in stored] == ["test.old"] * len(TRICKY) + ["test.new"]
+    assert stored[-1].prev_hash == stored[-2].hash
+    assert all(e.hash_matches() for e in stored)
+    assert audit_log.verify().ok

@@ -9,9 +9,9 @@ from asgiref.sync import sync_to_async
 from django.test import override_settings
 
 from approvals import services
-from approvals.services import waiting
 from tests.factories import make_action
 from tests.waits import parked, until
+from waiting import hub as waiting
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -19,13 +19,19 @@ DEAD_REDIS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         "CONFIG": {"hosts": ["redis://127.0.0.1:1"]},
-    }
+    },
+    "waiting": {
+        "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+        "CONFIG": {"hosts": ["redis://127.0.0.1:1"]},
+    },
 }
 
 
 async def start_waiter(action, agent, timeout_s=20.0, **kw) -> asyncio.Task:
     task = asyncio.create_task(
-        services.await_decision(action.pk, agent=agent, timeout_s=timeout_s, **kw)
+        services.await_decision(
+            action.pk, watch=waiting.hub().watch, agent=agent, timeout_s=timeout_s, **kw
+        )
     )
     # Blocked in the hub (joined, first read done): a decision from now on must wake it.
     await until(lambda: parked(action.pk) or task.done())
@@ -58,7 +64,10 @@ async def test_a_decision_before_the_wait_returns_at_once(agent, rita):
     action = await sync_to_async(make_action)(agent.agent)
     await sync_to_async(services.decide)(action.pk, by=rita.user, verdict="reject", note="no")
     result = await asyncio.wait_for(
-        services.await_decision(action.pk, agent=agent.agent, timeout_s=60), 5
+        services.await_decision(
+            action.pk, watch=waiting.hub().watch, agent=agent.agent, timeout_s=60
+        ),
+        5,
     )
     assert result.status == "rejected"
 
@@ -66,7 +75,10 @@ async def test_a_decision_before_the_wait_returns_at_once(agent, rita):
 async def test_the_wait_ends_pending_at_its_timeout(agent):
     action = await sync_to_async(make_action)(agent.agent)
     result = await asyncio.wait_for(
-        services.await_decision(action.pk, agent=agent.agent, timeout_s=0.2), 5
+        services.await_decision(
+            action.pk, watch=waiting.hub().watch, agent=agent.agent, timeout_s=0.2
+        ),
+        5,
     )
     assert result.status == "pending"
 
@@ -75,7 +87,10 @@ async def test_the_wait_ends_pending_at_its_timeout(agent):
 async def test_the_timeout_is_capped_by_max_await(agent):
     action = await sync_to_async(make_action)(agent.agent)
     result = await asyncio.wait_for(
-        services.await_decision(action.pk, agent=agent.agent, timeout_s=3600), 5
+        services.await_decision(
+            action.pk, watch=waiting.hub().watch, agent=agent.agent, timeout_s=3600
+        ),
+        5,
     )
     assert result.status == "pending"
 
@@ -88,7 +103,12 @@ async def test_progress_is_reported_while_waiting(agent):
         ticks.append(elapsed)
 
     await services.await_decision(
-        action.pk, agent=agent.agent, timeout_s=0.5, on_progress=on_progress, progress_every_s=0.1
+        watch=waiting.hub().watch,
+        action_id=action.pk,
+        agent=agent.agent,
+        timeout_s=0.5,
+        on_progress=on_progress,
+        progress_every_s=0.1,
     )
     assert len(ticks) >= 2
     assert ticks == sorted(ticks)

@@ -15,7 +15,7 @@ from audit import log as audit_log
 from audit.models import AuditEvent
 from tests.conftest import make_reviewer
 from tests.factories import make_action, refund_body
-from tests.threads import in_sleep_syscall, on_sqlite_writer_queue, run_together
+from tests.threads import in_sleep_syscall, in_sqlite_busy_wait, run_together
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -170,11 +170,10 @@ def test_a_reviewer_racing_an_escalation_is_judged_by_the_group_that_wins(agent,
 def _until_blocked_on_a_lock(decider: int, decider_ident: int, timeout: float = 10) -> None:
     """Hold on until the other session waits for our lock.
 
-    PostgreSQL lists the waiting lock. On SQLite a second writer of the same process
-    waits on the file's writer lock in Impri's backend (impri/sqlite3): the deciding
-    thread's innermost frame is that acquire. (A writer of another process would wait
-    in SQLite's busy handler, which sleeps: its thread, native id ``decider``, would
-    show a sleep syscall.)
+    PostgreSQL lists the waiting lock. On SQLite a second writer waits in SQLite's busy
+    handler, inside its ``BEGIN IMMEDIATE``: the deciding thread's innermost frame is
+    Django's cursor running it, and the handler sleeps between tries (its thread, native
+    id ``decider``, shows a sleep syscall).
     """
     import time
     from pathlib import Path
@@ -185,7 +184,7 @@ def _until_blocked_on_a_lock(decider: int, decider_ident: int, timeout: float = 
     if connection.vendor != "postgresql":
         task = Path(f"/proc/self/task/{decider}")
         while time.monotonic() < deadline:
-            if on_sqlite_writer_queue(decider_ident) or in_sleep_syscall(task):
+            if in_sqlite_busy_wait(decider_ident) or in_sleep_syscall(task):
                 return
             time.sleep(0.005)  # a bounded poll of another thread's state
     else:

@@ -67,3 +67,40 @@ def test_the_current_model_reads_the_table_the_project_made():
         tables = connection.introspection.table_names(cursor)
     assert "impri_grantsigningkey" in tables
     assert "approvals_grantsigningkey" not in tables
+
+
+SSO_BEFORE = [("approvals", "0014_issued_grants_key_last_signed"), ("identity", None)]
+SSO_AFTER = [
+    ("approvals", "0015_ssoidentity_to_identity"),
+    ("identity", "0001_ssoidentity_from_approvals"),
+]
+
+
+def test_sso_links_made_before_identity_took_the_model_are_there_after_it():
+    """approvals 0015 / identity 0001: state only; the table, its rows and content type stay."""
+    executor = MigrationExecutor(connection)
+    executor.migrate(SSO_BEFORE)  # identity None: before its first migration
+    apps = executor.loader.project_state([SSO_BEFORE[0]]).apps
+    try:
+        User = apps.get_model("auth", "User")
+        Old = apps.get_model("approvals", "SsoIdentity")
+        ContentType = apps.get_model("contenttypes", "ContentType")
+        ContentType.objects.filter(model="ssoidentity").delete()
+        old_type = ContentType.objects.create(app_label="approvals", model="ssoidentity")
+        rita = User.objects.create(username="rita")
+        Old.objects.create(user=rita, issuer="https://idp.example", subject="0042")
+        tables = connection.introspection.table_names()
+
+        apps = _migrate(SSO_AFTER)
+        with pytest.raises(LookupError):
+            apps.get_model("approvals", "SsoIdentity")
+        New = apps.get_model("identity", "SsoIdentity")
+        assert New._meta.db_table == "approvals_ssoidentity"
+        assert connection.introspection.table_names() == tables  # no table made or renamed
+        assert list(New.objects.values_list("user__username", "issuer", "subject")) == [
+            ("rita", "https://idp.example", "0042")
+        ]
+        moved = apps.get_model("contenttypes", "ContentType").objects.get(pk=old_type.pk)
+        assert (moved.app_label, moved.model) == ("identity", "ssoidentity")
+    finally:
+        _migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())

@@ -14,7 +14,7 @@ import asyncio
 import pytest
 from channels.layers import InMemoryChannelLayer
 
-from approvals.services.waiting import WaiterHub
+from waiting.hub import WaiterHub
 
 
 class CancelTurnedIntoAnError(InMemoryChannelLayer):

@@ -382,14 +382,14 @@ def test_rule_files_still_parse(db):
     ],
 )
 def test_mcp_refuses_with_the_requests_own_id_when_it_has_one(text, found_id):
-    from approvals.mcp.server import json_rpc_refusal
+    from agent_doors.mcp.jsonrpc import json_rpc_refusal
 
     refusal = json_rpc_refusal(text)
     assert refusal["id"] == found_id and refusal["error"]["code"] == -32700
 
 
 def test_mcp_leaves_text_that_is_not_json_to_the_sdk():
-    from approvals.mcp.server import json_rpc_refusal
+    from agent_doors.mcp.jsonrpc import json_rpc_refusal
 
     assert json_rpc_refusal('{"id": 1, "method": "tools/list"}') is None
     assert json_rpc_refusal("{") is None

@@ -17,7 +17,7 @@ import httpx
 import jwt
 import pytest
 
-from approvals.grants import new_pem
+from approvals.grant_pem import new_pem
 from tests.factories import refund_body
 from tests.live import Deployment
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from impri_client.grants import verify_grant
 
-from approvals.grants import new_pem
+from approvals.grant_pem import new_pem
 from tests.conftest import SCALED
 from tests.factories import refund_body
 from tests.live import Deployment

@@ -12,7 +12,7 @@ from approvals import reviewer_claims, services
 from approvals.errors import ActionNotPending, InvalidInput, ResultConflict
 from approvals.models import ActionStatus, Claim, WebhookDelivery
 from audit.models import AuditEvent
-from impri import metrics
+from ops import metrics
 from tests.factories import make_action, refund_body
 
 

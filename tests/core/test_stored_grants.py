@@ -19,8 +19,8 @@ from django.core.management import call_command
 from django.db import connection
 from mcp import Client
 
+from agent_doors.mcp import build_server
 from approvals import grant_store, grants, services
-from approvals.mcp import build_server
 from approvals.models import Action, IssuedGrant
 from tests.factories import install_rules, make_action, refund
 

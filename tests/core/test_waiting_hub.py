@@ -1,4 +1,4 @@
-"""The waiter hub and the database pool: waits that cost no thread, one re-read for all."""
+"""The waiter hub: waits that cost no thread, one re-read for all."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ from django.test.utils import CaptureQueriesContext
 
 from approvals import services
 from approvals.models import Action
-from approvals.services import waiting
 from audit import log as audit
 from audit.models import AuditEvent
-from plumbing import db_threads
+from plumbing.database import database_sync_to_async
 from tests.factories import make_action
 from tests.waits import until_parked
+from waiting import hub as waiting
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -28,7 +28,11 @@ DEAD_REDIS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         "CONFIG": {"hosts": ["redis://127.0.0.1:1"]},
-    }
+    },
+    "waiting": {
+        "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+        "CONFIG": {"hosts": ["redis://127.0.0.1:1"]},
+    },
 }
 
 
@@ -36,13 +40,17 @@ async def test_many_waiters_hold_no_thread_each_and_all_wake(agent, rita):
     actions = [await sync_to_async(make_action)(agent.agent) for _ in range(120)]
     threads_before = threading.active_count()
     waits = [
-        asyncio.create_task(services.await_decision(a.pk, agent=agent.agent, timeout_s=30))
+        asyncio.create_task(
+            services.await_decision(
+                a.pk, watch=waiting.hub().watch, agent=agent.agent, timeout_s=30
+            )
+        )
         for a in actions
     ]
     # Every waiter has done its one read and idles in the hub.
     await until_parked(count=len(actions), timeout=30)
-    # 120 open waits; the threads are the pool's (two lanes), not one per wait.
-    assert threading.active_count() - threads_before <= 2 * db_threads.settings.IMPRI_DB_THREADS
+    # 120 open waits; their reads ran on asgiref's one shared thread, none holds one.
+    assert threading.active_count() - threads_before <= 2
     for action in actions:
         await sync_to_async(services.decide)(action.pk, by=rita.user, verdict="approve")
     done = await asyncio.wait_for(asyncio.gather(*waits), 10)
@@ -65,7 +73,11 @@ def test_the_safety_net_reads_every_watched_action_in_one_query(agent, rita):
 async def test_with_the_layer_down_the_batched_reread_wakes_every_waiter(agent, rita):
     actions = [await sync_to_async(make_action)(agent.agent) for _ in range(5)]
     waits = [
-        asyncio.create_task(services.await_decision(a.pk, agent=agent.agent, timeout_s=30))
+        asyncio.create_task(
+            services.await_decision(
+                a.pk, watch=waiting.hub().watch, agent=agent.agent, timeout_s=30
+            )
+        )
         for a in actions
     ]
     await until_parked(count=len(actions))
@@ -81,7 +93,11 @@ async def test_with_the_layer_down_the_batched_reread_wakes_every_waiter(agent, 
 @override_settings(IMPRI_AWAIT_REREAD_S=30)
 async def test_closing_the_hub_answers_open_waits_with_pending_at_once(agent):
     action = await sync_to_async(make_action)(agent.agent)
-    wait = asyncio.create_task(services.await_decision(action.pk, agent=agent.agent, timeout_s=60))
+    wait = asyncio.create_task(
+        services.await_decision(
+            action.pk, watch=waiting.hub().watch, agent=agent.agent, timeout_s=60
+        )
+    )
     await until_parked(action.pk)
     started = time.monotonic()
     waiting.hub().close()
@@ -94,42 +110,28 @@ async def test_closing_the_hub_answers_open_waits_with_pending_at_once(agent):
 async def test_a_wait_past_the_expiry_answers_expired_without_a_sweep(agent):
     action = await sync_to_async(make_action)(agent.agent, expires_in_s=1)
     result = await asyncio.wait_for(
-        services.await_decision(action.pk, agent=agent.agent, timeout_s=20), 10
+        services.await_decision(
+            action.pk, watch=waiting.hub().watch, agent=agent.agent, timeout_s=20
+        ),
+        10,
     )
     assert result.effective_status == "expired"
 
 
-async def test_a_slow_database_call_stalls_only_its_caller(agent):
-    action = await sync_to_async(make_action)(agent.agent)
-    release = threading.Event()
-    # A call that holds its pool thread until the test lets it go: the read below must
-    # finish while it is still stuck, not after it.
-    slow = asyncio.create_task(db_threads.run(release.wait, 30))
-    try:
-        read = await asyncio.wait_for(
-            db_threads.run(services.get_action_for_agent, action.pk, agent.agent), 10
-        )
-        assert read.pk == action.pk
-        assert not slow.done()
-    finally:
-        release.set()
-    assert await slow is True
-
-
-async def test_pool_calls_give_their_connection_back(agent):
+async def test_database_calls_from_async_code_give_their_connection_back(agent):
     action_id = (await sync_to_async(make_action)(agent.agent)).pk
 
     def read_and_report():
         Action.objects.get(pk=action_id)
         return connection.connection is not None
 
-    assert await db_threads.run(read_and_report) is True
+    assert await database_sync_to_async(read_and_report)() is True
 
     def still_open() -> bool:
         return connection.connection is not None and connection.vendor != "sqlite"
 
-    # The next call on any pool thread starts with no PostgreSQL connection held.
-    assert not any([await db_threads.run(still_open) for _ in range(4)])
+    # The next call starts with no PostgreSQL connection held (given back to the pool).
+    assert not any([await database_sync_to_async(still_open)() for _ in range(4)])
 
 
 def test_a_transactions_events_are_appended_together_at_its_end(agent):
@@ -157,7 +159,8 @@ def test_a_block_that_fails_appends_nothing(agent):
 
 
 async def test_an_api_call_needs_nothing_from_the_shared_sync_thread(agent):
-    """The API's request signals run on the loop: a busy shared sync thread delays no API call."""
+    """Django's handler gives each request a thread of its own (its ``ThreadSensitiveContext``,
+    signals included): a busy shared sync thread (the long-poll's, the hub's) delays no API call."""
     from asgiref.sync import SyncToAsync
     from asgiref.testing import ApplicationCommunicator
 
@@ -225,3 +228,41 @@ async def test_a_wait_cancelled_while_its_group_is_joined_leaves_the_group_after
         await asyncio.wait_for(waiter, 5)
     assert await sync_to_async(group_members)(action_id) == 0
     assert action_id not in hub._joined and action_id not in hub.watches
+
+
+@override_settings(IMPRI_AWAIT_REREAD_S=0.2)
+async def test_while_the_groups_are_joined_again_the_reread_goes_on_answering(
+    agent, rita, monkeypatch
+):
+    """Coming back from a layer failure joins every watched group again, which took 20 s at
+    2,000 waits; the re-read, the waits' only news meanwhile, runs beside it, not after it."""
+    from tests.waits import until
+
+    hub = waiting.hub()
+    assert hub.layer is not None
+    monkeypatch.setattr(waiting, "LAYER_CALL_TIMEOUT_S", 60.0)
+    gate = asyncio.Event()
+    group_add = hub.layer.group_add
+
+    async def slow_group_add(group, channel):
+        if group != waiting.PROBE_GROUP:
+            await gate.wait()  # the rejoin's joins hang until the test lets them through
+        await group_add(group, channel)
+
+    monkeypatch.setattr(hub.layer, "group_add", slow_group_add)
+    hub._start()
+    hub._layer_failed("receive", TimeoutError())  # as a Redis gone away does
+    action = await sync_to_async(make_action)(agent.agent)
+    wait = asyncio.create_task(
+        services.await_decision(action.pk, watch=hub.watch, agent=agent.agent, timeout_s=30)
+    )
+    await until_parked(action.pk)
+    # Its join skipped the away layer: no message reaches it, only the re-read can.
+    await sync_to_async(services.decide)(action.pk, by=rita.user, verdict="approve")
+    try:
+        done = await asyncio.wait_for(wait, 10)
+    finally:
+        gate.set()
+    assert done.status == "approved"
+    assert not hub.layer_ok  # the rejoin was still held: the re-read answered
+    await until(lambda: hub.layer_ok, timeout=10)  # and the layer is back once the joins land

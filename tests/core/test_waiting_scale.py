@@ -252,12 +252,13 @@ async def until(check, *, timeout: float, what: str, logs=lambda: "", every: flo
         await asyncio.sleep(every)  # another process's state: nothing here to await
 
 
-def groups_joined(redis_client, action_ids: list[str]) -> int:
-    """How many of these actions' channel-layer groups have a member (a hub watching it)."""
-    pipe = redis_client.pipeline(transaction=False)
-    for action_id in action_ids:
-        pipe.zcard(f"asgi:group:action.{action_id}")
-    return sum(1 for members in pipe.execute() if members)
+def groups_joined(redis_client, action_ids: list[str], prefix: str) -> int:
+    """How many of these actions' groups have a member (a hub watching it): the waiters'
+    layer is channels_redis's pub/sub one, where a group is the Redis channel
+    ``<IMPRI_REDIS_PREFIX>asgi__group__<group>`` and a hub watching it a subscriber."""
+    channels = [f"{prefix}asgi__group__action.{action_id}" for action_id in action_ids]
+    found = redis_client.pubsub_numsub(*channels) if channels else []
+    return sum(1 for _, subscribers in found if subscribers)
 
 
 def shared_redis():
@@ -424,7 +425,9 @@ async def test_300_rest_waiters_hold_few_connections_and_all_wake_approved(stack
         try:
             # The hub joins an action's group when its first waiter registers: all 300 wait.
             await until(
-                lambda: groups_joined(redis_client, action_ids) == CROWD,
+                lambda: (
+                    groups_joined(redis_client, action_ids, stack.deployment.redis_prefix) == CROWD
+                ),
                 timeout=90,
                 what=f"all {CROWD} waits to register with the server's hub",
                 logs=stack.logs,
@@ -562,7 +565,7 @@ async def test_redis_killed_mid_wait_then_back(stacks):
         before = await push_many(http, [agent], OUTAGE_WAITERS)
         waiters = [asyncio.create_task(long_poll(http, agent, a, 60)) for a in before]
         await until(
-            lambda: groups_joined(probe, before) == OUTAGE_WAITERS,
+            lambda: groups_joined(probe, before, stack.deployment.redis_prefix) == OUTAGE_WAITERS,
             timeout=30,
             what="the waits to join their groups on the private Redis",
             logs=stack.logs,
@@ -604,7 +607,7 @@ async def test_redis_killed_mid_wait_then_back(stacks):
         after = await push_many(http, [agent], OUTAGE_WAITERS)
         waiters = [asyncio.create_task(long_poll(http, agent, a, 60)) for a in after]
         await until(
-            lambda: groups_joined(probe, after) == OUTAGE_WAITERS,
+            lambda: groups_joined(probe, after, stack.deployment.redis_prefix) == OUTAGE_WAITERS,
             timeout=60,
             what="the hub to join the new waits' groups on the restarted Redis",
             logs=stack.logs,
@@ -729,7 +732,10 @@ async def test_sigterm_answers_open_long_polls_pending_and_exits(stacks):
             if "REDIS_URL" in stack.deployment.env:
                 redis_client = shared_redis()
                 await until(
-                    lambda: groups_joined(redis_client, action_ids) == DOOMED_WAITERS,
+                    lambda: (
+                        groups_joined(redis_client, action_ids, stack.deployment.redis_prefix)
+                        == DOOMED_WAITERS
+                    ),
                     timeout=30,
                     what="every long-poll to register with the hub",
                     logs=stack.logs,

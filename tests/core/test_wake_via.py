@@ -9,12 +9,13 @@ from asgiref.sync import sync_to_async
 from django.test import override_settings
 from django.utils import timezone
 
-from approvals import services
+from approvals import events, services
 from approvals.models import Action, ActionStatus
 from plumbing import metrics
 from tests.core.test_await import start_waiter
 from tests.factories import make_action
 from tests.project.test_metrics import TOKEN, samples, scrape
+from waiting import hub as waiting
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -65,6 +66,34 @@ async def test_a_decision_seen_by_the_first_read_is_no_wake(agent, rita):
     action = await sync_to_async(make_action)(agent.agent)
     await sync_to_async(services.decide)(action.pk, by=rita.user, verdict="approve")
     before = wakes()
-    result = await services.await_decision(action.pk, agent=agent.agent, timeout_s=5)
+    result = await services.await_decision(
+        action.pk, watch=waiting.hub().watch, agent=agent.agent, timeout_s=5
+    )
     assert result.status == "approved"
     assert wakes() == before
+
+
+@override_settings(IMPRI_AWAIT_REREAD_S=0.5)
+async def test_a_wake_lost_on_the_layer_is_caught_by_the_reread_within_its_bound(agent, rita):
+    """A real decision, its message sent on the real layer, and nobody hears it.
+
+    The hub's channel is taken out of the action's group behind the hub's back
+    (``group_discard``, the layer's public API), so the message the decision publishes
+    reaches no one, as one lost in Redis would. The waiting agent, on the long-poll's
+    consumer, still gets the decision: from the bounded re-read, within its interval and
+    grace (a liveness bound of 10 s on a loaded machine; at 0.5 s a re-read it is ~1 s).
+    """
+    from impri.asgi import application
+    from tests.agents.test_longpoll import answer, decision_path, start
+    from tests.waits import until_parked
+
+    action = await sync_to_async(make_action)(agent.agent)
+    communicator = await start(application, decision_path(action), "timeout_s=60", agent.key)
+    await until_parked(action.pk)
+    hub = waiting.hub()
+    await hub.layer.group_discard(events.action_group(action.pk), hub.channel)
+    before = wakes()
+    await sync_to_async(services.decide)(action.pk, by=rita.user, verdict="approve")
+    status, _, body = await answer(communicator, timeout=10)
+    assert (status, body["status"]) == (200, "approved")
+    assert wakes() == {"push": before["push"], "reread": before["reread"] + 1}

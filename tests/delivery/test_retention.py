@@ -195,6 +195,7 @@ def test_every_registered_outbox_is_pruned_and_an_apps_is_listed_when_rows_went(
         "notifications": "notifications",
         "slack": "",
         "push": "push_deliveries",
+        "ledger_notices": "ledger_notices",
     }
     action = make_action(agent.agent)
     phone = PushSubscription.objects.create(

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from mcp import Client
 
+from agent_doors.mcp import build_server
 from approvals import services as approvals
-from approvals.mcp import build_server
 from approvals.models import Action, ActionStatus
 from approvals.schemas import ActionIn
 from approvals.schemas.inputs import RESERVED_KEY_PREFIXES

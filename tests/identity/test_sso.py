@@ -15,10 +15,9 @@ from django.contrib.auth.models import Group, User
 from django.core.exceptions import SuspiciousOperation
 from django.test import Client
 
-from approvals.models import SsoIdentity
 from audit.models import AuditEvent
-from identity import sso
-from impri import oidc
+from identity import oidc, sso
+from identity.models import SsoIdentity
 from tests.live import free_port
 from tests.project.test_settings import settings_in
 
@@ -90,7 +89,7 @@ def test_a_provider_refusal_comes_back_to_the_login_page(sso_on, db):
 def test_password_login_works_while_the_provider_is_away(sso_on, rita, settings):
     settings.AUTHENTICATION_BACKENDS = [
         *settings.AUTHENTICATION_BACKENDS,
-        "impri.oidc.ImpriOIDCBackend",
+        "identity.oidc.ImpriOIDCBackend",
     ]
     answer = Client().post(LOGIN, {"username": "rita", "password": "rita-password"})
     assert answer.status_code == 302
@@ -99,11 +98,11 @@ def test_password_login_works_while_the_provider_is_away(sso_on, rita, settings)
 def test_deactivating_an_sso_user_ends_their_session(sso_on, settings, db):
     settings.AUTHENTICATION_BACKENDS = [
         *settings.AUTHENTICATION_BACKENDS,
-        "impri.oidc.ImpriOIDCBackend",
+        "identity.oidc.ImpriOIDCBackend",
     ]
     user = sso.sign_in(ISSUER, claims())
     browser = Client()
-    browser.force_login(user, backend="impri.oidc.ImpriOIDCBackend")
+    browser.force_login(user, backend="identity.oidc.ImpriOIDCBackend")
     assert browser.get("/inbox/").status_code == 200
     user.is_active = False
     user.save()

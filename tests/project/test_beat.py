@@ -10,12 +10,12 @@ from __future__ import annotations
 import base64
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from celery.apps.beat import Beat
@@ -132,30 +132,21 @@ def test_beat_starts_without_the_apps_the_database_or_a_grant_key(tmp_path):
     assert not (tmp_path / "data" / "grant-keys").exists()
 
 
-def _beats_redis() -> str | None:
-    """REDIS_URL's server, the database after REDIS_URL's: a queue no worker of the suite reads."""
-    url = os.environ.get("REDIS_URL")
-    if not url:
-        return None
-    parts = urlsplit(url)
-    number = (int(parts.path.strip("/") or 0) + 1) % 16
-    return urlunsplit(parts._replace(path=f"/{number}"))
-
-
 @pytest.mark.e2e
 @pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="impri beat needs REDIS_URL")
 def test_beat_sends_due_tasks_by_name_to_the_broker(tmp_path):
     import redis
 
-    url = _beats_redis()
-    broker = redis.Redis.from_url(url)
-    if broker.dbsize():
-        pytest.skip(f"{url} is not empty")
+    # Its own keys in REDIS_URL's database (IMPRI_REDIS_PREFIX): a queue no worker of the
+    # suite reads, whatever else runs beside it.
+    prefix = f"beat-{secrets.token_hex(6)}:"
+    broker = redis.Redis.from_url(os.environ["REDIS_URL"])
     beat = subprocess.Popen(
         [sys.executable, "-m", "impri", "beat"],
         env=clean_env(
             IMPRI_DATA_DIR=str(tmp_path),
-            REDIS_URL=url,
+            REDIS_URL=os.environ["REDIS_URL"],
+            IMPRI_REDIS_PREFIX=prefix,
             IMPRI_TICK_S="0.5",
             IMPRI_LOG_LEVEL="WARNING",
         ),
@@ -169,7 +160,7 @@ def test_beat_sends_due_tasks_by_name_to_the_broker(tmp_path):
         sent: set[str] = set()
         due = {job.task for job in schedule.JOBS if job.every == "IMPRI_TICK_S"}
         while not due <= sent and time.monotonic() < deadline and beat.poll() is None:
-            for raw in broker.lrange("celery", 0, -1):
+            for raw in broker.lrange(f"{prefix}celery", 0, -1):
                 message = json.loads(raw)
                 sent.add(message["headers"]["task"])
                 assert json.loads(base64.b64decode(message["body"]))[:2] == [[], {}]
@@ -180,6 +171,7 @@ def test_beat_sends_due_tasks_by_name_to_the_broker(tmp_path):
         if beat.poll() is None:
             os.killpg(beat.pid, signal.SIGTERM)
         out = beat.communicate(timeout=30)[0].decode(errors="replace")
-        broker.flushdb()
+        for key in broker.scan_iter(f"{prefix}*"):
+            broker.delete(key)
     assert "Traceback" not in out, out
     assert (tmp_path / "celerybeat-schedule").exists() or list(tmp_path.glob("celerybeat-*"))

@@ -27,8 +27,8 @@ NOT_IN_AN_IDLE_WORKER = (
     "prompt_toolkit",
     "celery.bin.celery",
     "impri.urls",
-    "approvals.api",
-    "approvals.mcp",
+    "agent_doors.api",
+    "agent_doors.mcp",
     "inbox.views",
 )
 

@@ -2,16 +2,20 @@
 
 `.pre-commit-config.yaml` lists the checks; `.ci/run` runs them before the first leg; the
 tools are pinned in the test extra. The import-linter contracts in pyproject.toml are the
-floors of tests/project/test_layers.py: the same parts on the same floors, the same
-nevers, and each contract breaks on an arrow planted against it in the import graph of
-today's tree (import-linter's own contract classes, no subprocess).
+house's floors (docs/ARCHITECTURE.md): each contract breaks on an arrow planted against it
+in the import graph of today's tree (import-linter's own contract classes, no subprocess),
+and `lint-imports` itself fails on a tree with an arrow back up.
 """
 
 from __future__ import annotations
 
 import copy
 import importlib.metadata
+import os
 import re
+import shutil
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -20,10 +24,9 @@ import pytest
 import yaml
 from importlinter.api import read_configuration
 from importlinter.contracts.forbidden import ForbiddenContract
+from importlinter.contracts.independence import IndependenceContract
 from importlinter.contracts.layers import LayersContract
 from packaging.requirements import Requirement
-
-from tests.project.test_layers import FLOORS, NEVER
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -70,15 +73,45 @@ def ci_lines() -> list[str]:
 
 def test_ci_runs_the_gate_in_the_test_venv_before_the_first_leg():
     lines = ci_lines()
-    [gate] = [i for i, line in enumerate(lines) if "pre-commit run --all-files" in line]
-    first_leg = min(i for i, line in enumerate(lines) if "run_tests --create-db" in line)
-    assert gate < first_leg
-    assert lines[gate].startswith(".venv-test/bin/pre-commit")
-    assert any('PATH="$PWD/.venv-test/bin:$PATH"' in line for line in lines[gate - 1 : gate + 1])
-    [start] = [i for i, line in enumerate(lines) if line.startswith('echo "== the gate')]
-    installs = [line for line in lines[start:gate] if ".venv-test/bin/pip install" in line]
-    assert "--require-hashes -r requirements.lock" in installs[0]  # the lock first, as leg 1
+    legs = [line.split()[-1] for line in lines if line.startswith("leg ")]
+    assert legs[:4] == ["services", "gate", "tests_sqlite", "tests_postgres"], legs
+    assert legs[-1] == "newest_result", legs  # the newest allowed versions speak last
+    start = lines.index("gate() {")
+    end = start + lines[start:].index("}")
+    body = lines[start:end]
+    [gate] = [i for i, line in enumerate(body) if "pre-commit run --all-files" in line]
+    assert body[gate].startswith(".venv-test/bin/pre-commit")
+    assert any('PATH="$PWD/.venv-test/bin:$PATH"' in line for line in body[gate - 1 : gate + 1])
+    installs = [line for line in body[:gate] if ".venv-test/bin/pip install" in line]
+    assert "--require-hashes -r requirements.lock" in installs[0]  # the lock first
     assert "-e '.[test]'" in installs[-1]  # the test extra brings the gate's tools
+
+
+def test_ci_runs_the_fast_loop_on_the_newest_allowed_versions_last_and_fails_on_it():
+    """Not the lock: a fresh venv, pyproject's ranges at their newest, the fast loop."""
+    lines = ci_lines()
+    start = lines.index("newest_allowed() {")
+    body = lines[start : start + lines[start:].index("}")]
+    assert "rm -rf .venv-newest" in body and "python3 -m venv .venv-newest" in body
+    [install] = [line for line in body if ".venv-newest/bin/pip install" in line]
+    assert "requirements.lock" not in install and "--require-hashes" not in install
+    assert "--upgrade --upgrade-strategy eager -e '.[test]' './clients/python[grants]'" in install
+    [run] = [line for line in body if ".venv-newest/bin/pytest" in line]
+    assert '-m "not e2e"' in run
+    # A failure fails CI: nothing swallows the leg's exit status.
+    assert not any("|| true" in line or "|| echo" in line for line in body)
+    assert "set -euo pipefail" in lines
+    # It runs in the background from before leg 3; the last leg waits for it and returns its
+    # exit status (set -e fails the run on it), after printing what it printed.
+    start = lines.index("start_newest() {")
+    starter = lines[start : start + lines[start:].index("}")]
+    assert '(newest_allowed) >"$NEWEST_LOG" 2>&1 &' in starter
+    assert lines.index("start_newest") < next(
+        i for i, line in enumerate(lines) if "install_check" in line and line.startswith("leg ")
+    )
+    start = lines.index("newest_result() {")
+    result = lines[start : start + lines[start:].index("}")]
+    assert 'wait "$NEWEST_PID" || rc=$?' in result and 'return "$rc"' in result
 
 
 # --- The import contracts ------------------------------------------------------------------
@@ -98,7 +131,11 @@ class Forbidden(ForbiddenContract):
     __provides__ = None
 
 
-KINDS = {"layers": Layers, "forbidden": Forbidden}
+class Independence(IndependenceContract):
+    __provides__ = None
+
+
+KINDS = {"layers": Layers, "forbidden": Forbidden, "independence": Independence}
 
 
 def layer_modules(layer: str) -> set[str]:
@@ -110,27 +147,17 @@ def test_the_contracts_read_every_app_and_only_the_apps():
     assert sorted(PROJECT["tool"]["deptry"]["known_first_party"]) == sorted(APPS)
 
 
-def test_the_floors_contract_is_the_floors_of_the_layers_test():
-    """Same parts on the same floors; approvals' core is its modules that are not adapters."""
-    core = {f"approvals.{tail}" for tail in layer_modules(CONTRACTS["approvals"]["layers"][1])}
-    adapters = {f"approvals.{tail}" for tail in layer_modules(CONTRACTS["approvals"]["layers"][0])}
-    expected = [
-        {module for part in parts for module in (core if part == "approvals" else {part})}
-        for _, parts in reversed(FLOORS)
-    ]
-    assert [layer_modules(layer) for layer in CONTRACTS["floors"]["layers"]] == expected
-    assert adapters == {part for _, parts in FLOORS for part in parts if part.count(".") == 1}
+def test_each_core_app_lists_every_module_on_one_floor():
+    """approvals' and rules' modules on the floors are exactly their own contracts' modules.
 
-
-def test_the_forbidden_contracts_are_the_nevers_of_the_layers_test():
-    forbidden = {
-        (source, target)
-        for options in CONTRACTS.values()
-        if options["type"] == "forbidden"
-        for source in options["source_modules"]
-        for target in options["forbidden_modules"]
-    }
-    assert forbidden == set(NEVER)
+    Their admin pages and commands are the operator's (``ops``): each app is one floor.
+    """
+    floors = [layer_modules(layer) for layer in CONTRACTS["floors"]["layers"]]
+    for app in ("approvals", "rules"):
+        (layer,) = CONTRACTS[app]["layers"]
+        modules = {f"{app}.{tail}" for tail in layer_modules(layer)}
+        on_floors = [{m for m in floor if m.startswith(app + ".")} for floor in floors]
+        assert [floor for floor in on_floors if floor] == [modules], app
 
 
 @pytest.fixture(scope="module")
@@ -160,14 +187,30 @@ def test_todays_tree_keeps_every_contract(graph):
     [
         ("plumbing.probe", "approvals.models", {"floors"}),  # up from a floor below the core
         ("audit.probe", "rules.engine", {"floors"}),
-        ("approvals.errors", "approvals.api.common", {"floors", "approvals"}),  # core -> adapter
+        ("rules.engine", "approvals.models", {"floors"}),  # the engine knows no action
+        # core -> the agents' doors (and so waiting, which imports the core, would reach them)
+        ("approvals.errors", "agent_doors.api.common", {"floors", "waiting-is-mechanism"}),
+        # core -> its admin pages: and through them, whatever imports the core reaches
+        # identity (a chain breaks a contract as an import does)
+        ("approvals.models", "ops.admin.approvals", {"floors", "delivery-sends"}),
+        ("rules.engine", "ops.admin.rules", {"floors"}),
+        ("rules.engine", "ops.management.commands.rules", {"floors"}),
+        ("approvals.admin", "identity.keys", {"approvals"}),  # an admin back in the core
+        ("rules.management", "plumbing.progress", {"rules"}),
         ("approvals.models", "delivery.probe", {"floors"}),  # core -> beside the core
-        ("twofactor.probe", "approvals.api.common", {"floors"}),  # beside -> adapter in approvals
+        ("twofactor.probe", "agent_doors.api.common", {"floors"}),  # beside -> the agents' doors
+        ("identity.probe", "delivery.probe", {"floors"}),  # apart on their floor
+        ("agent_doors.mcp.server", "gateway.proxy", {"floors"}),  # agents know no gateway
+        ("gateway.probe", "ops.metrics", {"floors"}),  # only the roof reads ops
         ("webpush.probe", "impri.settings", {"floors"}),  # nothing imports the roof
-        ("delivery.probe", "identity.models", {"delivery-sends"}),
-        ("slackapp.probe", "inbox.views", {"adapters-apart"}),
+        ("delivery.probe", "identity.models", {"floors", "delivery-sends"}),
+        ("slackapp.probe", "inbox.views", {"adapters-apart", "phones-apart"}),
+        ("gateway.probe", "slackapp.blocks", {"adapters-apart"}),
+        ("webpush.probe", "inbox.views", {"phones-apart"}),
+        ("waiting.probe", "agent_doors.mcp.tools", {"floors", "waiting-is-mechanism"}),
         ("gateway.probe", "approvals.models", set()),  # down a floor: allowed
-        ("inbox.probe", "gateway.probe", set()),  # across the adapters' floor: allowed
+        ("gateway.probe", "agent_doors.mcp.http", set()),  # the gateway builds on the agents' MCP
+        ("inbox.probe", "webpush.views", set()),  # the inbox mounts the phones' pages
     ],
 )
 def test_an_arrow_against_the_floors_breaks_its_contract(graph, importer, imported, breaks):
@@ -176,10 +219,35 @@ def test_an_arrow_against_the_floors_breaks_its_contract(graph, importer, import
     assert broken(planted) == breaks
 
 
-def test_a_module_of_approvals_on_no_floor_breaks_the_approvals_contract(graph):
+@pytest.mark.parametrize("app", ["approvals", "rules"])
+def test_a_module_on_no_floor_breaks_its_apps_contract(graph, app):
     planted = copy.deepcopy(graph)
-    planted.add_module("approvals.newcomer")
-    assert broken(planted) == {"approvals"}
+    planted.add_module(f"{app}.newcomer")
+    assert broken(planted) == {app}
+
+
+@pytest.mark.e2e
+def test_lint_imports_fails_on_a_tree_with_an_arrow_back_up(tmp_path):
+    """The gate's own command, on a copy of the tree where the core imports an adapter."""
+    tree = tmp_path / "tree"
+    for app in APPS:
+        shutil.copytree(ROOT / app, tree / app, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tree / "pyproject.toml")
+    lint = Path(sys.executable).parent / "lint-imports"
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+
+    def run():
+        return subprocess.run(
+            [str(lint), "--no-cache"], cwd=tree, env=env, capture_output=True, text=True
+        )
+
+    kept = run()
+    assert kept.returncode == 0, kept.stdout[-2000:]
+    with (tree / "approvals/presenters.py").open("a") as module:
+        module.write("\n\ndef _later():\n    from agent_doors.api import common  # noqa: F401\n")
+    planted = run()
+    assert planted.returncode == 1
+    assert "approvals.presenters -> agent_doors.api.common" in planted.stdout
 
 
 def test_the_graph_counts_lazy_and_relative_imports(tmp_path, monkeypatch):

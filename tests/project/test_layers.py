@@ -1,232 +1,116 @@
-"""The house's floors: every import points down a floor, or across one without a circle.
+"""What the import contracts cannot say about the house's floors.
 
-Each package (or part of one, by module prefix) stands on a floor, listed
-from the ground up in ``FLOORS``. The scan reads every import of every module
-(at module level or inside a function, absolute or relative) and fails on one
-that points up a floor, on one of the ``NEVER`` pairs, and on any circle
-between parts. ``docs/house.json`` draws the same house; the last test holds
-the drawing and this table together.
+The floors themselves (every import points down, at module level or inside a function,
+directly or through other modules), the nevers and "nothing imports the roof" are
+import-linter contracts in pyproject.toml (``[tool.importlinter]``), run by the gate
+(``lint-imports``); ``tests/project/test_gate.py`` plants an arrow against each of them and
+sees it break. Three things stay here because import-linter cannot hold them:
+
+- it checks only the ``root_packages`` it is given: a new top-level app left off that list
+  would be checked by nothing, so every package of the tree must be on it;
+- it never reads ``docs/house.json``: the drawing must show the contracts' parts on the
+  contracts' floors, and the nevers it draws must hold in the import graph;
+- which app a management command belongs to is Django's registry, not an import.
 """
 
 from __future__ import annotations
 
-import ast
 import json
-from collections import defaultdict
+import re
+import tomllib
 from pathlib import Path
 
+import grimp
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
-
-# From the ground up. A part is a package or a module prefix; the longest prefix wins.
-FLOORS: list[tuple[str, list[str]]] = [
-    ("compat", ["compat"]),  # third-party private APIs, one module per upstream
-    ("plumbing", ["plumbing"]),  # what every app shares: metrics, middleware base, Celery app…
-    ("audit", ["audit"]),  # the hash-chained trail
-    ("rules", ["rules"]),  # rule sets, kinds and money, budgets: pure engine
-    ("core", ["approvals"]),  # actions: models, the one door (services), grants, presenters
-    ("beside the core", ["delivery", "identity", "twofactor"]),  # outbox senders, credentials
-    (
-        "adapters",
-        [
-            "approvals.api",
-            "approvals.mcp",
-            "approvals.admin",
-            "approvals.management",
-            "inbox",
-            "gateway",
-            "slackapp",
-            "webpush",
-        ],
-    ),
-    ("roof", ["impri"]),  # settings, urls, asgi wiring, the commands that start processes
-]
-
-# Pairs of parts that must never import one another in that direction, even on one floor.
-NEVER = {
-    ("slackapp", "inbox"): "adapters don't call each other",
-    ("webpush", "inbox"): "adapters don't call each other",
-    ("gateway", "inbox"): "adapters don't call each other",
-    ("delivery", "identity"): "delivery sends, it never authenticates",
-}
-
-PART_FLOOR = {part: index for index, (_, parts) in enumerate(FLOORS) for part in parts}
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+LINTER = PROJECT["tool"]["importlinter"]
+CONTRACTS = {contract["id"]: contract for contract in LINTER["contracts"]}
+HOUSE = json.loads((ROOT / "docs/house.json").read_text())
+NOT_APPS = {"tests", "clients", "examples", "bench", "docs", "deploy", "docker", "build"}
 
 
-def part_of(module: str) -> str | None:
-    """The longest part name that is ``module`` or a package above it."""
-    pieces = module.split(".")
-    for length in range(len(pieces), 0, -1):
-        candidate = ".".join(pieces[:length])
-        if candidate in PART_FLOOR:
-            return candidate
-    return None
+def floors() -> list[set[str]]:
+    """The floors contract's layers, roof first: each a set of modules."""
+    return [
+        {name.strip() for name in re.split(r"[:|]", layer)}
+        for layer in CONTRACTS["floors"]["layers"]
+    ]
 
 
-def module_name(path: Path, root: Path = ROOT) -> tuple[str, bool]:
-    parts = list(path.relative_to(root).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        return ".".join(parts[:-1]), True
-    return ".".join(parts), False
+def dotted(path: str) -> str:
+    return path.rstrip("/").removesuffix(".py").replace("/", ".")
 
 
-def imports_of(path: Path, root: Path = ROOT) -> list[tuple[str, int]]:
-    """Every module ``path`` imports (``from x import y`` counts ``x.y`` too), with its line."""
-    me, is_package = module_name(path, root)
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found += [(alias.name, node.lineno) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = me.split(".") if is_package else me.split(".")[:-1]
-                base = base[: len(base) - (node.level - 1)]
-                module = ".".join(base + ([node.module] if node.module else []))
-            else:
-                module = node.module or ""
-            found.append((module, node.lineno))
-            found += [(f"{module}.{alias.name}", node.lineno) for alias in node.names]
-    return found
+def owner(module: str) -> str | None:
+    """The house part that draws ``module``: the longest of the parts' paths that holds it."""
+    best, length = None, -1
+    for name, part in HOUSE["parts"].items():
+        for path in part["is"]:
+            prefix = dotted(path)
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > length:
+                best, length = name, len(prefix)
+    return best
 
 
-def application_modules(root: Path = ROOT) -> list[Path]:
-    roots = {part.split(".")[0] for _, parts in FLOORS for part in parts}
-    return sorted(
-        path
-        for top in roots
-        for path in (root / top).rglob("*.py")
-        if "migrations" not in path.parts
-    )
-
-
-def arrows(root: Path = ROOT) -> dict[tuple[str, str], list[str]]:
-    """(importing part, imported part) -> where, for every import between two parts."""
-    found: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for path in application_modules(root):
-        source = part_of(module_name(path, root)[0])
-        for module, line in imports_of(path, root):
-            target = part_of(module)
-            if target is None or target == source:
-                continue
-            where = f"{path.relative_to(root)}:{line} imports {module}"
-            if where not in found[source, target]:
-                found[source, target].append(where)
-    return found
-
-
-def upward(found) -> list[str]:
-    return sorted(
-        f"{where} (floor {FLOORS[PART_FLOOR[source]][0]!r} -> {FLOORS[PART_FLOOR[target]][0]!r})"
-        for (source, target), wheres in found.items()
-        if PART_FLOOR[target] > PART_FLOOR[source]
-        for where in wheres
-    )
-
-
-def circles(found) -> list[list[str]]:
-    """Strongly connected sets of parts with more than one member (Tarjan's algorithm)."""
-    graph = defaultdict(set)
-    for source, target in found:
-        graph[source].add(target)
-    index, low, on_stack, stack, result = {}, {}, set(), [], []
-
-    def visit(node):
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        on_stack.add(node)
-        for nxt in graph[node]:
-            if nxt not in index:
-                visit(nxt)
-                low[node] = min(low[node], low[nxt])
-            elif nxt in on_stack:
-                low[node] = min(low[node], index[nxt])
-        if low[node] == index[node]:
-            members = []
-            while True:
-                member = stack.pop()
-                on_stack.discard(member)
-                members.append(member)
-                if member == node:
-                    break
-            if len(members) > 1:
-                result.append(sorted(members))
-
-    for node in list(graph):
-        if node not in index:
-            visit(node)
-    return sorted(result)
-
-
-def test_every_application_package_stands_on_a_floor():
+def test_every_package_of_the_tree_is_read_by_the_contracts():
     packages = {
-        path.parent.name
-        for path in ROOT.glob("*/__init__.py")
-        if path.parent.name not in ("tests", "clients", "examples", "bench")
+        path.parent.name for path in ROOT.glob("*/__init__.py") if path.parent.name not in NOT_APPS
     }
-    assert packages - set(PART_FLOOR) == set()
+    assert packages == set(LINTER["root_packages"])
 
 
-def test_no_import_points_up_a_floor():
-    assert upward(arrows()) == []
+def test_the_drawing_in_docs_puts_the_contracts_parts_on_the_contracts_floors():
+    """Each drawn part holds modules of one floor; no part is drawn below one under it."""
+    floor_of_part: dict[str, set[int]] = {}
+    for index, modules in enumerate(floors()):
+        for module in modules:
+            part = owner(module)
+            assert part is not None, f"{module} is on a floor but in no part of docs/house.json"
+            floor_of_part.setdefault(part, set()).add(index)
+    assert set(floor_of_part) == set(HOUSE["parts"]), "a drawn part is on no floor"
+    assert {part: len(found) for part, found in floor_of_part.items() if len(found) > 1} == {}
+    row = {name: part["at"][1] for name, part in HOUSE["parts"].items()}
+    for a, (fa,) in floor_of_part.items():
+        for b, (fb,) in floor_of_part.items():
+            if fa < fb:
+                assert row[a] <= row[b], f"{a} stands above {b} but is drawn below it"
 
 
-def test_no_part_imports_one_it_must_never_import():
-    found = arrows()
-    broken = [f"{where}: {why}" for pair, why in NEVER.items() for where in found.get(pair, [])]
-    assert broken == []
+@pytest.fixture(scope="module")
+def graph() -> grimp.ImportGraph:
+    return grimp.build_graph(*LINTER["root_packages"], cache_dir=None)
 
 
-def test_no_circle_between_parts():
-    assert circles(arrows()) == []
-
-
-def test_nothing_imports_the_roof():
-    found = arrows()
-    assert [w for (source, target), ws in found.items() if target == "impri" for w in ws] == []
-
-
-def test_the_scan_can_fail(tmp_path):
-    """Each check sees what it is for: an upward lazy import, a relative one, a circle."""
-    (tmp_path / "plumbing").mkdir()
-    (tmp_path / "plumbing/probe.py").write_text(
-        "def later():\n    from approvals.models import Action\n"
-    )
-    (tmp_path / "approvals").mkdir()
-    (tmp_path / "approvals/__init__.py").write_text("")
-    (tmp_path / "approvals/probe.py").write_text("from .api import common\n")
-    assert ("approvals.api.common", 1) in imports_of(tmp_path / "approvals/probe.py", tmp_path)
-    assert upward(arrows(tmp_path)) == [
-        "approvals/probe.py:1 imports approvals.api (floor 'core' -> 'adapters')",
-        "approvals/probe.py:1 imports approvals.api.common (floor 'core' -> 'adapters')",
-        "plumbing/probe.py:2 imports approvals.models (floor 'plumbing' -> 'core')",
-        "plumbing/probe.py:2 imports approvals.models.Action (floor 'plumbing' -> 'core')",
-    ]
-    assert circles({("a", "b"): [], ("b", "c"): [], ("c", "a"): [], ("c", "d"): []}) == [
-        ["a", "b", "c"]
-    ]
-
-
-def test_the_drawing_in_docs_is_this_house():
-    """docs/house.json names the same parts on the same floors, and breaks none of its nevers."""
-    house = json.loads((ROOT / "docs/house.json").read_text())
-    drawn = {
-        path.rstrip("/").replace("/", ".").removesuffix(".py")
-        for part in house["parts"].values()
-        for path in part["is"]
-    }
-    assert drawn == set(PART_FLOOR)
-    found = arrows()
-    owner = {
-        path.rstrip("/").replace("/", ".").removesuffix(".py"): name
-        for name, part in house["parts"].items()
-        for path in part["is"]
-    }
+def test_the_nevers_drawn_in_docs_hold_in_the_import_graph(graph):
+    modules = {name: set() for name in HOUSE["parts"]}
+    for module in graph.modules:
+        part = owner(module)
+        if part is not None:
+            modules[part].add(module)
     broken = [
-        f"{source} -> {target}: {why}"
-        for source, target, why in house["never"]
-        for (a, b) in found
-        if owner[a] == source and owner[b] == target
+        f"{source} -> {target} ({why}): {importer} -> {imported}"
+        for source, target, why in HOUSE["never"]
+        for importer in modules[source]
+        for imported in modules[target]
+        if graph.direct_import_exists(importer=importer, imported=imported)
     ]
     assert broken == []
+
+
+def test_the_drawing_check_can_fail(graph):
+    """An arrow planted against a drawn never is found."""
+    source, target, _ = HOUSE["never"][0]
+    importer = next(m for m in sorted(graph.modules) if owner(m) == source)
+    imported = next(m for m in sorted(graph.modules) if owner(m) == target)
+    assert not graph.direct_import_exists(importer=importer, imported=imported)
+    graph.add_import(importer=importer, imported=imported)
+    try:
+        with pytest.raises(AssertionError):
+            test_the_nevers_drawn_in_docs_hold_in_the_import_graph(graph)
+    finally:
+        graph.remove_import(importer=importer, imported=imported)
 
 
 def test_the_project_commands_live_in_the_project_app():
@@ -235,4 +119,49 @@ def test_the_project_commands_live_in_the_project_app():
     commands = get_commands()
     for name in ("serve", "worker", "beat", "mcp", "waitdb", "backup"):
         assert commands[name] == "impri", name
-        assert not (ROOT / "approvals/management/commands" / f"{name}.py").exists()
+        assert not (ROOT / "ops/management/commands" / f"{name}.py").exists()
+
+
+OPERATOR_COMMANDS = (
+    "agents",
+    "createagent",
+    "createreviewer",
+    "grantkey",
+    "prune",
+    "rules",
+    "token",
+    "webhooksecret",
+)
+
+
+def test_the_operators_commands_and_admin_pages_live_in_ops():
+    """The core apps hold no adapter: their commands and admin pages are the operator's."""
+    from django.apps import apps
+    from django.contrib import admin
+    from django.core.management import get_commands
+    from django.urls import reverse
+
+    commands = get_commands()
+    assert {name: commands[name] for name in OPERATOR_COMMANDS} == dict.fromkeys(
+        OPERATOR_COMMANDS, "ops"
+    )
+    for app in ("approvals", "rules"):
+        assert not (ROOT / app / "management").exists(), app
+        assert not (ROOT / app / "admin.py").exists(), app
+    pages = {
+        "approvals.Agent": "ops.admin.approvals",
+        "approvals.ApiKey": "ops.admin.approvals",
+        "approvals.Action": "ops.admin.approvals",
+        "auth.User": "ops.admin.approvals",
+        "rules.Rule": "ops.admin.rules",
+        "rules.RuleSet": "ops.admin.rules",
+        "rules.RuleSetVersion": "ops.admin.rules",
+        "rules.BudgetCounter": "ops.admin.rules",
+    }
+    found = {
+        label: type(admin.site.get_model_admin(apps.get_model(label))).__module__ for label in pages
+    }
+    assert found == pages
+    # the models keep their app: the pages keep their URLs and permission codenames
+    assert reverse("admin:approvals_agent_changelist").endswith("/approvals/agent/")
+    assert reverse("admin:rules_rule_yaml").endswith("/rules/rule/yaml/")

@@ -192,7 +192,7 @@ async def test_waiters_and_wake_latency_are_per_process(agent, rita):
 @pytest.mark.django_db
 def test_agent_chosen_kinds_cannot_explode_the_series(metrics_on, agent, settings):
     from approvals.models import Action
-    from impri import metrics
+    from ops import metrics
 
     settings.IMPRI_RATE_LIMIT_PER_MIN = 0
     make_action(agent.agent, kind="payment.refund")

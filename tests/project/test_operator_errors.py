@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from approvals.grants import new_pem
+from approvals.grant_pem import new_pem
 from audit.models import AuditEvent, ChainHead
 from tests.live import Deployment, free_port
 

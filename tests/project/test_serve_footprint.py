@@ -27,7 +27,7 @@ NOT_AT_SERVE_START = (
     "uvicorn",
     "sse_starlette",
     "httpx2",
-    "approvals.mcp",
+    "agent_doors.mcp",
     "gateway.proxy",
     "segno",
     "webauthn",
@@ -68,7 +68,7 @@ async def post(path):
 async def main():
     statuses = await asyncio.gather(*(post(p) for p in ["/mcp", "/mcp/"] * 3))
     managers = [t for t in asyncio.all_tasks() if t.get_name() == "impri-mcp-session-manager"]
-    from approvals.mcp import http
+    from agent_doors.mcp import http
     print(json.dumps({
         "at_start": at_start,
         "statuses": statuses,

@@ -60,7 +60,7 @@ def test_secret_key_from_the_environment_wins(tmp_path):
 def test_database_url_switches_to_postgresql(tmp_path):
     out = settings_in(tmp_path, DATABASE_URL="postgres://u:p@db:5432/impri").stdout.splitlines()
     assert out[1] == "django.db.backends.postgresql"
-    assert settings_in(tmp_path).stdout.splitlines()[1] == "impri.sqlite3"  # Django's, plus a lock
+    assert settings_in(tmp_path).stdout.splitlines()[1] == "django.db.backends.sqlite3"
 
 
 @pytest.mark.e2e  # a subprocess reads the settings afresh

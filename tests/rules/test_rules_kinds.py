@@ -17,9 +17,10 @@ import time_machine
 from django.core.management import call_command
 from django.utils import timezone
 
+from approvals.backtest_history import past_action_views as past_actions
 from approvals.models import ActionStatus
 from rules import engine, services
-from rules.backtest import backtest, past_actions
+from rules.backtest import backtest
 from tests.factories import SEED_RULES, install_rules, make_action, refund
 
 BEFORE = """

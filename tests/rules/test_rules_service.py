@@ -14,6 +14,7 @@ from approvals.schemas import ActionIn
 from audit.models import AuditEvent
 from tests.conftest import make_reviewer
 from tests.factories import install_rules, refund
+from waiting import hub as waiting
 
 
 @pytest.fixture
@@ -204,6 +205,9 @@ async def test_an_auto_decision_answers_a_waiter_immediately(agent):
     await sync_to_async(install_rules)()
     action, _ = await sync_to_async(services.push_action)(agent.agent, ActionIn(**refund(2500)))
     result = await asyncio.wait_for(
-        services.await_decision(action.pk, agent=agent.agent, timeout_s=20), 2
+        services.await_decision(
+            action.pk, watch=waiting.hub().watch, agent=agent.agent, timeout_s=20
+        ),
+        2,
     )
     assert result.status == "approved"
