@@ -88,7 +88,7 @@ def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="extra environment for every Impri process (repeatable), e.g. IMPRI_DB_THREADS=16",
+        help="extra environment for every Impri process (repeatable), e.g. IMPRI_RATE_LIMIT_PER_MIN=0",
     )
     group.add_argument(
         "--keep-logs", action="store_true", help="keep the data dir (process logs) afterwards"
@@ -459,6 +459,12 @@ class Stack:
                 raise RuntimeError(f"impri {proc.role} exited early:\n{proc.tail()}")
 
     def close(self, failed: bool = False) -> None:
+        # Every group is told to stop first, so their shutdowns overlap (a loaded machine
+        # takes seconds for each), then each is waited for (and killed if it lingers).
+        for proc in self.procs:
+            if proc.process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pgid, signal.SIGTERM)
         for proc in reversed(self.procs):
             try:
                 proc.stop()
@@ -505,6 +511,20 @@ class Stack:
         proc = Proc(role, process, log_path)
         self.procs.append(proc)
         return proc
+
+    def restart_serve(self, proc: Proc) -> Proc:
+        """Stop a serve process and start a fresh one on the same address (the same command
+        line), ready when this returns: e.g. to weigh something in a process whose heap the
+        set-up's requests did not touch."""
+        proc.stop()
+        self.procs.remove(proc)
+        port = proc.url.rsplit(":", 1)[1]
+        fresh = self._spawn(
+            "serve", ["serve", "--port", port, "--host", "127.0.0.1", "--no-migrate"]
+        )
+        fresh.url = proc.url
+        self._wait_ready(fresh)
+        return fresh
 
     def _wait_ready(self, proc: Proc, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
@@ -601,13 +621,23 @@ class Stack:
         """Run a command that prints a secret as the last word of its output."""
         return self.impri(*args).stdout.strip().split()[-1]
 
-    def create_agents(self, count: int, prefix: str = "bench") -> list[str]:
+    def create_agents(
+        self, count: int, prefix: str = "bench", *, cli_only: bool = False, parallel: int = 4
+    ) -> list[str]:
         """Create ``count`` agents and return their keys.
 
         ``impri createagent`` starts Django once per agent (about a second each), so beyond a
         few agents they are created in one ``impri shell -c`` run calling the same
-        ``identity.keys.create_agent`` the command calls.
+        ``identity.keys.create_agent`` the command calls. ``cli_only``: always through
+        ``impri createagent`` (``parallel`` at a time), for a tree whose modules may have
+        moved (bench/stock_parts.py).
         """
+        if cli_only:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_workers=parallel) as pool:
+                names = [f"{prefix}-{i:05d}" for i in range(count)]
+                return list(pool.map(lambda name: self.last_word("createagent", name), names))
         if count <= 3:
             return [self.last_word("createagent", f"{prefix}-{i:05d}") for i in range(count)]
         code = (

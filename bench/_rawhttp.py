@@ -29,7 +29,8 @@ class Response:
 
 
 class RawClient:
-    """``await client.post(url, json=…, headers=…)`` over pooled keep-alive connections."""
+    """``await client.post(url, json=…, headers=…)`` (or ``get``) over pooled keep-alive
+    connections: one connection per request in flight, kept for the next one."""
 
     def __init__(self, timeout: float = 120):
         self.timeout = timeout
@@ -48,17 +49,33 @@ class RawClient:
         self._idle.clear()
 
     async def post(self, url: str, *, json, headers: dict[str, str]) -> Response:
+        body = jsonlib.dumps(json).encode()
+        fields = {**headers, "Content-Type": "application/json", "Content-Length": str(len(body))}
+        return await self.request("POST", url, body=body, headers=fields)
+
+    async def get(self, url: str, *, headers: dict[str, str], on_sent=None) -> Response:
+        """``on_sent()`` is called once the request is written to its socket (a long-poll
+        is then open on the server's side, as far as the client can tell)."""
+        return await self.request("GET", url, headers=headers, on_sent=on_sent)
+
+    async def request(
+        self, method: str, url: str, *, body: bytes = b"", headers: dict[str, str], on_sent=None
+    ) -> Response:
         parts = urlsplit(url)
         address = (parts.hostname, parts.port or 80)
-        body = jsonlib.dumps(json).encode()
-        head = [f"POST {parts.path or '/'} HTTP/1.1", f"Host: {parts.netloc}"]
+        target = parts.path or "/"
+        if parts.query:
+            target += "?" + parts.query
+        head = [f"{method} {target} HTTP/1.1", f"Host: {parts.netloc}"]
         head += [f"{name}: {value}" for name, value in headers.items()]
-        head += ["Content-Type: application/json", f"Content-Length: {len(body)}", "", ""]
-        request = "\r\n".join(head).encode("latin-1") + body
+        request = "\r\n".join([*head, "", ""]).encode("latin-1") + body
         idle = self._idle.setdefault(address, [])
         reader, writer = idle.pop() if idle else await asyncio.open_connection(*address)
         try:
             writer.write(request)
+            if on_sent is not None:
+                await writer.drain()
+                on_sent()
             response, keep = await asyncio.wait_for(_read(reader), self.timeout)
         except BaseException:
             writer.close()

@@ -163,14 +163,19 @@ def wakes(url: str) -> dict[str, int]:
     return {via: int(float(v)) for via, v in WAKES_LINE.findall(scrape(url))}
 
 
-def settle_rss(pid: int, seconds: float = 3.0) -> float:
-    """RSS (MB) once it has stopped moving for ``seconds``."""
-    last, stable_since = None, time.monotonic()
+def settle_rss(pid: int, seconds: float = 3.0, limit: float | None = None) -> float:
+    """RSS (MB) once it has stopped moving for ``seconds`` (or, with ``limit``, the last
+    reading after ``limit`` seconds, whether it has or not)."""
+    last, started = None, time.monotonic()
+    stable_since = started
     while True:
         rss = proc_status(pid)["rss_kb"] / 1024
+        now = time.monotonic()
         if last is None or abs(rss - last) > 0.5:
-            last, stable_since = rss, time.monotonic()
-        elif time.monotonic() - stable_since >= seconds:
+            last, stable_since = rss, now
+        elif now - stable_since >= seconds:
+            return rss
+        if limit is not None and now - started >= limit:
             return rss
         time.sleep(0.5)
 

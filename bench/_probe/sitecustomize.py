@@ -62,6 +62,7 @@ def _flusher() -> None:
 
 def _queues() -> dict:
     # The database lanes' module (its name moved once; either is fine).
+    # (Gone with issue 41: database work runs through asgiref's sync_to_async, no lanes.)
     dbexec = sys.modules.get("plumbing.db_threads") or sys.modules.get("approvals." + "dbexec")
     out = {}
     for lane, pool in getattr(dbexec, "_executors", {}).items():
@@ -134,7 +135,7 @@ def _patch_waiting(waiting) -> None:
     hub_class._leave = probed_leave
     waiting.settled_among = probed_settled_among
     # Since the hub has a module of its own, its safety net looks the function up there.
-    hub_module = sys.modules.get("approvals.services.waiter_hub")
+    hub_module = sys.modules.get("approvals.services.waiter_hub") or sys.modules.get("waiting.hub")
     if hub_module is not None:
         hub_module.settled_among = probed_settled_among
 
@@ -169,7 +170,7 @@ def _patch_events(events) -> None:
 
 def _watch_imports() -> None:
     todo = {
-        "approvals.services.waiting": (_patch_waiting, "await_decision"),
+        "waiting.hub": (_patch_waiting, "waiting"),  # the hub's module since issue 41
         "approvals.services": (_patch_services, "__all__"),
         "approvals.events": (_patch_events, "layer_slot"),
     }

@@ -50,6 +50,11 @@ export interface ReportOptions {
   detail?: JsonObject | string | null;
   /** The grant that came with the approval, when the executor checked one. */
   grant?: string | null;
+  /**
+   * The processor's id for what was executed (a Stripe refund's `re_...`): reported as
+   * `result.reference`, which reconciliation matches the money that moved by.
+   */
+  reference?: string | null;
   signal?: AbortSignal;
 }
 
@@ -210,6 +215,7 @@ export class Impri {
   reportResult(actionId: string, options: ReportOptions): Promise<Action> {
     const body: Record<string, unknown> = { status: options.status, detail: options.detail ?? null };
     if (options.grant) body.grant = options.grant;
+    if (options.reference) body.reference = options.reference;
     return this.#send<Action>({
       method: "POST",
       path: `/api/v1/actions/${segment(actionId)}/result`,

@@ -30,6 +30,12 @@ export interface GateOptions<I> {
   idempotencyKey: string;
   /** Give up waiting after this many seconds (`DecisionTimeout`); default: until decided or expired. */
   timeoutS?: number;
+  /**
+   * The processor's id in what `run` returned (e.g. `(refund) => refund.id`), reported as
+   * `result.reference` beside `detail`. Pass `decision.action_id` to the processor as
+   * `metadata.impri_action_id` too: reconciliation matches by either (docs/reconciliation.md).
+   */
+  reference?: (value: unknown) => string | null | undefined;
   signal?: AbortSignal;
 }
 
@@ -107,7 +113,7 @@ export async function gate<I extends JsonObject, O>(
     await report(impri, decision, "failed", { error: error instanceof Error ? error.message : String(error) }, undefined);
     throw error;
   }
-  await report(impri, decision, "executed", detailOf(value), value);
+  await report(impri, decision, "executed", detailOf(value), value, options.reference?.(value) ?? undefined);
   return value;
 }
 
@@ -125,9 +131,10 @@ async function report(
   status: "executed" | "failed",
   detail: JsonObject | string | null,
   value: unknown,
+  reference?: string,
 ): Promise<void> {
   try {
-    await impri.reportResult(decision.action_id, { status, detail, grant: decision.grant ?? undefined });
+    await impri.reportResult(decision.action_id, { status, detail, grant: decision.grant ?? undefined, reference });
   } catch (error) {
     throw new ResultNotReported(decision.action_id, status, value, error);
   }

@@ -30,7 +30,26 @@ export interface Actor {
 export interface Result {
   status: "executed" | "failed";
   detail: JsonObject | string | null;
+  /** The processor's id the agent reported (a Stripe refund's `re_...`). */
+  reference?: string | null;
   reported_at: number;
+}
+
+/** One movement the payment processor reported for an action (docs/reconciliation.md). */
+export interface Movement {
+  id: string;
+  source: string;
+  kind: "refund" | "charge";
+  amount_minor: number;
+  currency: string;
+  occurred_at: number;
+  state: string;
+}
+
+/** The money that moved, held against the approval: `matched`, `mismatch`, `unapproved`, `duplicate`, `unsettled`, `unreported`, `explained` or `awaiting`. */
+export interface Reconciliation {
+  state: string;
+  movements: Movement[];
 }
 
 /** An editable path with the agent's own bounds (they can only narrow what the rules allow). */
@@ -82,6 +101,8 @@ export interface Action {
   reason?: RejectReason | null;
   edited_by_human: boolean;
   result: Result | null;
+  /** What the payment processor moved for this action, held against the approval; null when nothing is known. */
+  reconciliation?: Reconciliation | null;
   inbox_url: string;
 }
 

@@ -88,7 +88,21 @@ test("push, a reviewer edits, awaitDecision answers the edited payload with a gr
   });
   assert.equal(reported.status, "executed");
   assert.deepEqual(reported.result?.detail, { refund_id: "re_1", amount_cents: 5000 });
+  assert.equal(reported.result?.reference ?? null, null, "no reference reported: null");
   assert.equal((await impri.get(action.action_id)).status, "executed");
+});
+
+test("reportResult carries the processor's reference beside detail", async () => {
+  const action = await impri.push(refund(unique("Refund with a reference")));
+  await rita.approve(action.action_id);
+  const reported = await impri.reportResult(action.action_id, {
+    status: "executed",
+    detail: "refunded",
+    reference: "re_ts_1",
+  });
+  assert.equal(reported.result?.reference, "re_ts_1");
+  assert.equal(reported.result?.detail, "refunded");
+  assert.equal((await impri.get(action.action_id)).result?.reference, "re_ts_1");
 });
 
 test("awaitDecision with timeoutS answers pending; cancel withdraws; list pages", async () => {

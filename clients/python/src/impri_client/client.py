@@ -126,10 +126,14 @@ class _Requests:
         )
 
     @staticmethod
-    def _report(action_id: str, status: str, detail: Any, grant: str | None) -> _Call:
+    def _report(
+        action_id: str, status: str, detail: Any, grant: str | None, reference: str | None = None
+    ) -> _Call:
         body: dict[str, Any] = {"status": status, "detail": detail}
         if grant:
             body["grant"] = grant
+        if reference:
+            body["reference"] = reference
         return _Call("POST", f"/api/v1/actions/{_segment(action_id)}/result", json=body)
 
     @staticmethod
@@ -276,10 +280,22 @@ class Impri(_Requests):
     await_decision.__doc__ = AWAIT_DOC
 
     def report_result(
-        self, action_id: str, *, status: str, detail: Any = None, grant: str | None = None
+        self,
+        action_id: str,
+        *,
+        status: str,
+        detail: Any = None,
+        grant: str | None = None,
+        reference: str | None = None,
     ) -> Action:
-        """Report ``executed`` or ``failed`` with ``detail`` (text or an object); same again is a no-op."""
-        return Action.from_json(self._send(self._report(action_id, status, detail, grant)))
+        """Report ``executed`` or ``failed`` with ``detail`` (text or an object); same again is a no-op.
+
+        ``reference``: the processor's id for what was executed (a Stripe refund ``re_...``),
+        which reconciliation matches the money that moved by (docs/reconciliation.md).
+        """
+        return Action.from_json(
+            self._send(self._report(action_id, status, detail, grant, reference))
+        )
 
     def get(self, action_id: str) -> Action:
         return Action.from_json(self._send(self._get(action_id)))
@@ -388,9 +404,17 @@ class AsyncImpri(_Requests):
     await_decision.__doc__ = AWAIT_DOC
 
     async def report_result(
-        self, action_id: str, *, status: str, detail: Any = None, grant: str | None = None
+        self,
+        action_id: str,
+        *,
+        status: str,
+        detail: Any = None,
+        grant: str | None = None,
+        reference: str | None = None,
     ) -> Action:
-        return Action.from_json(await self._send(self._report(action_id, status, detail, grant)))
+        return Action.from_json(
+            await self._send(self._report(action_id, status, detail, grant, reference))
+        )
 
     async def get(self, action_id: str) -> Action:
         return Action.from_json(await self._send(self._get(action_id)))

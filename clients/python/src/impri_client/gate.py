@@ -14,6 +14,10 @@ As a context manager, the body runs only once the action is approved::
     with gated(client, kind=..., title=..., payload=proposed) as gate:
         gate.detail = stripe_refund(**gate.payload, grant=gate.grant)
 
+For reconciliation (docs/reconciliation.md), pass ``gate.action_id`` to the processor as
+``metadata={"impri_action_id": gate.action_id}`` and set ``gate.reference`` to the
+processor's id (a Stripe refund's ``re_...``): it is reported as ``result.reference``.
+
 Either way: push → wait → run with ``decision.payload`` (never the proposal)
 → report ``executed`` with what the function returned (``gate.detail``), or
 ``failed`` with the exception, which is then re-raised. A rejection, a request
@@ -110,6 +114,7 @@ class Gate:
         self.action: Action | None = None
         self.decision: Decision | None = None
         self.detail: Any = None
+        self.reference: str | None = None  # the processor's id, reported as result.reference
         self.reported: Action | None = None
 
     # --- What the body of a ``with`` block reads ---------------------------------
@@ -176,7 +181,11 @@ class Gate:
         for attempt in range(1, REPORT_ATTEMPTS + 1):
             try:
                 self.reported = client.report_result(
-                    self.decision.action_id, status=status, detail=detail, grant=self.grant
+                    self.decision.action_id,
+                    status=status,
+                    detail=detail,
+                    grant=self.grant,
+                    reference=self.reference if status == "executed" else None,
                 )
                 return
             except _TRANSIENT as exc:
@@ -212,7 +221,11 @@ class Gate:
         for attempt in range(1, REPORT_ATTEMPTS + 1):
             try:
                 self.reported = await client.report_result(
-                    self.decision.action_id, status=status, detail=detail, grant=self.grant
+                    self.decision.action_id,
+                    status=status,
+                    detail=detail,
+                    grant=self.grant,
+                    reference=self.reference if status == "executed" else None,
                 )
                 return
             except _TRANSIENT as exc:

@@ -67,6 +67,7 @@ class Result:
     status: str
     detail: Any
     reported_at: datetime | None
+    reference: str | None = None  # the processor's id the agent reported
 
     @classmethod
     def from_json(cls, data: Any) -> Result | None:
@@ -76,6 +77,7 @@ class Result:
             status=data.get("status", ""),
             detail=data.get("detail"),
             reported_at=parse_time(data.get("reported_at")),
+            reference=data.get("reference"),
         )
 
 
