@@ -28,7 +28,9 @@ from impri.settings_env import env
 # Long-running commands whose database pool is sized by role (impri/settings.py).
 ROLES = ("serve", "worker", "beat", "mcp")
 # Where system-check warnings (impri.W001...) are printed: when a long-running process starts,
-# and when asked (`impri check`). Elsewhere (`impri rules import`, `impri token`...) only errors.
+# and when asked (`impri check`). Django's other commands (`impri migrate`...) stop on errors
+# only; Impri's one-shot commands (`impri rules import`, `impri token`...) run none
+# (requires_system_checks = []): every check they could fail is the code's, which serve runs.
 WARN_ON = ("serve", "worker", "beat", "check")
 # The apps whose commands `impri help` lists as Impri's (the operator's commands live in ops).
 IMPRI_APPS = ("impri", "ops", "audit", "gateway", "ledger")
@@ -58,6 +60,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args and args[0] in ROLES:
         os.environ.setdefault("IMPRI_PROCESS_ROLE", args[0])
+    elif args[:1] != ["runserver"]:
+        os.environ.setdefault("IMPRI_PROCESS_ROLE", "command")  # loads no Twisted (settings)
     if args[:1] == ["mcp"]:
         _refuse_a_fresh_database()
     try:

@@ -179,11 +179,16 @@ TEMPLATES = [
 # connection pool is sized per role so that the whole deployment stays within
 # PostgreSQL's max_connections (docs/ARCHITECTURE.md: processes × pool).
 IMPRI_PROCESS_ROLE = env("IMPRI_PROCESS_ROLE")
+if IMPRI_PROCESS_ROLE in ("worker", "mcp", "command"):
+    # daphne's app only installs Twisted's reactor for `runserver` (`impri serve` runs
+    # daphne's server itself): a worker, the stdio MCP server and a one-shot command
+    # (`impri createagent`: any but serve, worker, beat, mcp and runserver) load no
+    # Twisted, half a second of every start.
+    INSTALLED_APPS = [app for app in INSTALLED_APPS if app != "daphne"]
 if IMPRI_PROCESS_ROLE == "worker":
-    # The worker serves no page: daphne's app only installs Twisted's reactor (for
-    # runserver), ninja's only serves Swagger UI's static files. Without them the worker
-    # loads neither Twisted nor django-ninja (docs/benchmarks.md, "idle footprint").
-    INSTALLED_APPS = [app for app in INSTALLED_APPS if app not in ("daphne", "ninja")]
+    # ninja's app only serves Swagger UI's static files: the worker serves no page (a
+    # command keeps it, `impri collectstatic` copies them); docs/benchmarks.md, "idle footprint".
+    INSTALLED_APPS = [app for app in INSTALLED_APPS if app != "ninja"]
 # serve: its API requests in flight (each on its own thread, as Django's handler runs them)
 # and the async side's 8 + 4 database calls (plumbing.database).
 _POOL_BY_ROLE = {"serve": "24", "mcp": "2", "worker": "2", "beat": "1"}

@@ -18,17 +18,22 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def impri(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
-    """Run `python -m impri` with none of this process's Impri configuration."""
+def clean_env(**env: str) -> dict[str, str]:
+    """This process's environment with none of its Impri configuration, plus ``env``."""
     clean = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("IMPRI_", "DJANGO_"))
         and k not in ("SECRET_KEY", "DATABASE_URL", "REDIS_URL")
     }
+    return {**clean, "PYTHONPATH": str(ROOT), **env}
+
+
+def impri(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    """Run `python -m impri` with none of this process's Impri configuration."""
     return subprocess.run(
         [sys.executable, "-m", "impri", *args],
-        env={**clean, "PYTHONPATH": str(ROOT), **env},
+        env=clean_env(**env),
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -41,6 +46,50 @@ def test_version_is_impris_own(tmp_path):
     expected = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"impri {expected}"
+
+
+# `impri ARGS` as the console script runs it, printing at exit the modules it imported.
+LISTING = (
+    "import atexit, sys;"
+    "atexit.register(lambda: print('MODULES', *sys.modules, file=sys.__stderr__));"
+    "from impri.cli import main; main()"
+)
+
+
+def _imported(*args: str, cwd: Path, **env: str) -> set[str]:
+    """The modules `impri ARGS` imported, once it succeeded."""
+    done = subprocess.run(
+        [sys.executable, "-c", LISTING, *args],
+        env=clean_env(**env),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    listed = [line for line in done.stderr.splitlines() if line.startswith("MODULES ")]
+    assert listed, done.stderr[-2000:]
+    return set(listed[-1].split()[1:])
+
+
+def test_a_one_shot_command_loads_no_twisted_and_no_url_conf_the_server_does(tmp_path):
+    """Only `runserver` needs daphne's app (Twisted's reactor), and a one-shot command runs
+    no system check (the URL check imports every view): each start is a second shorter."""
+    data = str(tmp_path / "data")
+    assert impri("migrate", "--no-input", cwd=tmp_path, IMPRI_DATA_DIR=data).returncode == 0
+    for command in (["agents"], ["createagent", "short-bot"], ["rules", "kinds"]):
+        imported = _imported(*command, cwd=tmp_path, IMPRI_DATA_DIR=data)
+        assert "django.db.models" in imported, command  # it did set Django up
+        assert not {"twisted.internet", "impri.urls"} & imported, command
+    assert "impri.urls" in _imported("check", cwd=tmp_path, IMPRI_DATA_DIR=data)  # every check
+    shell = impri(
+        "shell",
+        "-c",
+        "from django.apps import apps; print(apps.is_installed('daphne'))",
+        cwd=tmp_path,
+        IMPRI_DATA_DIR=data,
+    )
+    assert shell.stdout.split()[-1] == "False", shell.stderr
 
 
 def test_help_lists_impris_commands_before_djangos(tmp_path):

@@ -15,6 +15,7 @@ from plumbing.progress import Progress
 
 class Command(BaseCommand):
     help = "Verify, export or checkpoint the audit log."
+    requires_system_checks = []  # a one-shot command: serve, worker and `impri check` run them
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="subcommand", required=True)

@@ -36,6 +36,7 @@ class Command(BaseCommand):
         "Manage MCP gateways: import a YAML file, export them, list an upstream's tools, "
         "record them (refresh) and accept the changes held for review."
     )
+    requires_system_checks = []  # a one-shot command: serve, worker and `impri check` run them
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="subcommand", required=True)

@@ -17,6 +17,7 @@ from plumbing.progress import Progress
 
 class Command(BaseCommand):
     help = "Back up the SQLite database online (SQLite's backup API); PostgreSQL: use pg_dump."
+    requires_system_checks = []  # a one-shot command: serve, worker and `impri check` run them
 
     def add_arguments(self, parser):
         parser.add_argument(

@@ -17,6 +17,7 @@ from ...models import Movement
 
 class Command(BaseCommand):
     help = "Reconciliation: import a processor's export (impri ledger import FILE --format ...)."
+    requires_system_checks = []  # a one-shot command: serve, worker and `impri check` run them
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="verb", required=True)

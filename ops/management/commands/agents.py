@@ -22,6 +22,7 @@ def _printable(text: str) -> str:
 
 class Command(BaseCommand):
     help = "List the agents: name, owners, active keys, created, last used (UTC)."
+    requires_system_checks = []  # a one-shot command: serve, worker and `impri check` run them
 
     def execute(self, *args, **options):
         # Colour only on a terminal (Django's own rule), and never with NO_COLOR set (no-color.org).

@@ -13,6 +13,7 @@ class Command(BaseCommand):
         "Create an agent and print its key (shown once). For an existing agent: "
         "--rotate (a new key, the old ones revoked) or --new-key (another key)."
     )
+    requires_system_checks = []  # a one-shot command: serve, worker and `impri check` run them
 
     def add_arguments(self, parser):
         parser.add_argument("name", help="A slug of at most 100 characters, e.g. support-bot.")

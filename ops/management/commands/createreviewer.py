@@ -21,6 +21,7 @@ class Command(BaseCommand):
         "without one the reviewer can only use tokens. An existing user is left as they "
         "are unless --reset-password is given."
     )
+    requires_system_checks = []  # a one-shot command: serve, worker and `impri check` run them
 
     def add_arguments(self, parser):
         parser.add_argument("username")

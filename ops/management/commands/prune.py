@@ -15,6 +15,7 @@ class Command(BaseCommand):
         "older than IMPRI_RETENTION_DAYS now (beat and `impri serve` do it hourly). "
         "Never the audit log."
     )
+    requires_system_checks = []  # a one-shot command: serve, worker and `impri check` run them
 
     def add_arguments(self, parser):
         parser.add_argument(

@@ -16,6 +16,7 @@ from rules.backtest import backtest, dry_run, parse_since, undeclared_kinds
 
 class Command(BaseCommand):
     help = "Manage the rule set: import, export, test one action, backtest past actions."
+    requires_system_checks = []  # a one-shot command: serve, worker and `impri check` run them
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="subcommand", required=True)

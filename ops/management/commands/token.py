@@ -8,6 +8,7 @@ from identity import keys
 
 class Command(BaseCommand):
     help = "Issue a reviewer token for USERNAME and print it (shown once)."
+    requires_system_checks = []  # a one-shot command: serve, worker and `impri check` run them
 
     def add_arguments(self, parser):
         parser.add_argument("username")

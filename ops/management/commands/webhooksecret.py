@@ -15,6 +15,7 @@ class Command(BaseCommand):
         "last line. --rotate replaces it (audited): deliveries from then on are signed with "
         "the new one only."
     )
+    requires_system_checks = []  # a one-shot command: serve, worker and `impri check` run them
 
     def add_arguments(self, parser):
         parser.add_argument("agent", help="The agent's name (impri agents).")
