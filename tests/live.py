@@ -6,14 +6,20 @@ database and its own keys in the Redis of REDIS_URL (``IMPRI_REDIS_PREFIX``), so
 deployments that pytest-xdist's workers run at the same time never see each
 other's wake-ups or tasks. Several servers of one deployment share its database
 and keys, like daphne processes behind a proxy.
+
+A deployment whose first server starts before any command of its own ran starts
+from a copy of a database migrated once per test process (:class:`_Template`);
+the server's own migrate still runs, and finds nothing to apply.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import secrets
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -63,6 +69,8 @@ class Deployment:
             self.env["IMPRI_REDIS_PREFIX"] = self.redis_prefix
         self.env.update(env)
         self.servers: list[Server] = []
+        # A database of our making that nothing has touched yet: it may start as a copy.
+        self.untouched = "IMPRI_DATA_DIR" not in env and "DATABASE_URL" not in env
 
     @staticmethod
     def _admin_sql(url: str, sql: str) -> None:
@@ -74,6 +82,7 @@ class Deployment:
             conn.execute(sql)
 
     def impri(self, *args: str, check: bool = True, **env: str) -> subprocess.CompletedProcess:
+        self.untouched = False
         return subprocess.run(
             [sys.executable, "-m", "impri", *args],
             env={**self.env, **env},
@@ -88,6 +97,9 @@ class Deployment:
         return self.impri(*args).stdout.strip().splitlines()[-1].split()[-1]
 
     def start_server(self, **env: str) -> Server:
+        if self.untouched:
+            _TEMPLATE.copy_into(self)
+            self.untouched = False
         server = Server(self, migrate=not self.servers, env=env)
         self.servers.append(server)
         return server
@@ -152,3 +164,42 @@ class Server:
                 self.process.kill()
                 self.process.wait()
         self.log.close()
+
+
+class _Template:
+    """A database migrated once in this test process, copied into new deployments.
+
+    Migrating a new database costs a few seconds of CPU more than a migrate that finds
+    nothing to do, and the suite starts dozens of deployments. The copy is the file on
+    SQLite and ``CREATE DATABASE ... TEMPLATE`` on PostgreSQL; what migrate writes besides
+    the schema (content types, permissions) is the same in every deployment, and no
+    migration reads the environment a deployment is given. Removed when the process ends.
+    """
+
+    def __init__(self) -> None:
+        self.deployment: Deployment | None = None
+
+    def _made(self) -> Deployment:
+        if self.deployment is None:
+            made = Deployment()
+            made.impri("migrate", "--no-input")
+            if made.db_name is None:  # the whole database in the one file
+                with sqlite3.connect(made.data_dir / "impri.sqlite3") as conn:
+                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self.deployment = made
+            atexit.register(made.close)
+        return self.deployment
+
+    def copy_into(self, deployment: Deployment) -> None:
+        template = self._made()
+        if template.db_name is None:
+            shutil.copy2(template.data_dir / "impri.sqlite3", deployment.data_dir / "impri.sqlite3")
+        else:
+            name = deployment.db_name
+            deployment._admin_sql(deployment.base_db_url, f'DROP DATABASE "{name}"')
+            deployment._admin_sql(
+                deployment.base_db_url, f'CREATE DATABASE "{name}" TEMPLATE "{template.db_name}"'
+            )
+
+
+_TEMPLATE = _Template()
