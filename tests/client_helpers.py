@@ -31,9 +31,7 @@ def start_live(**env: str) -> Live:
     deployment = Deployment(**env)
     try:
         server = deployment.start_server()
-        agent_key = deployment.last_word("createagent", "support-bot")
-        deployment.impri("createreviewer", "rita", "--password", "rita-password")
-        reviewer_key = deployment.last_word("token", "rita")
+        agent_key, reviewer_key = deployment.agent_and_reviewer()
     except BaseException:
         deployment.close()
         raise

@@ -15,6 +15,7 @@ the server's own migrate still runs, and finds nothing to apply.
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import secrets
 import shutil
@@ -30,6 +31,24 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+# `impri shell -c` code: run the commands given as JSON, print what each printed as JSON.
+_COMMANDS = """
+import io, json
+from django.core.management import call_command
+printed = []
+for args in json.loads({commands!r}):
+    out = io.StringIO()
+    call_command(*args, stdout=out)
+    printed.append(out.getvalue())
+print(json.dumps(printed))
+"""
+
+
+def last_word(printed: str) -> str:
+    """The secret a command prints as the last word of its last line."""
+    return printed.strip().splitlines()[-1].split()[-1]
 
 
 def free_port() -> int:
@@ -94,7 +113,27 @@ class Deployment:
 
     def last_word(self, *args: str) -> str:
         """Run a command that prints a secret as the last word of its last line."""
-        return self.impri(*args).stdout.strip().splitlines()[-1].split()[-1]
+        return last_word(self.impri(*args).stdout)
+
+    def commands(self, *commands: tuple[str, ...]) -> list[str]:
+        """Several `impri` commands one after the other in one process (Django's
+        ``call_command`` in `impri shell`: each command's own code): what each printed. A
+        fixture that makes an agent, a reviewer and a token pays for one Python start instead
+        of three, about 1.5 s of CPU each."""
+        code = _COMMANDS.format(commands=json.dumps([list(command) for command in commands]))
+        done = self.impri("shell", "--no-imports", "-c", code)
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    def agent_and_reviewer(
+        self, agent: str = "support-bot", reviewer: str = "rita", *, password: bool = True
+    ) -> tuple[str, str]:
+        """An agent's key and a reviewer's token: createagent, createreviewer (with the
+        password ``<reviewer>-password``) and token, in one process."""
+        made = ("createreviewer", reviewer)
+        if password:
+            made += ("--password", f"{reviewer}-password")
+        key, _, token = self.commands(("createagent", agent), made, ("token", reviewer))
+        return last_word(key), last_word(token)
 
     def start_server(self, **env: str) -> Server:
         if self.untouched:

@@ -30,9 +30,8 @@ def server(deployment):
 
 @pytest.fixture(scope="module")
 def keys(deployment, server):
-    agent_key = deployment.last_word("createagent", "support-bot")
-    deployment.impri("createreviewer", "rita", "--password", "rita-password")
-    return {"agent": agent_key, "rita": deployment.last_word("token", "rita")}
+    agent_key, rita = deployment.agent_and_reviewer()
+    return {"agent": agent_key, "rita": rita}
 
 
 class Waiter(threading.Thread):
@@ -193,9 +192,7 @@ def pair():
     dep = Deployment(IMPRI_AWAIT_REREAD_S="30" if SCALED else "1")
     first = dep.start_server()
     second = dep.start_server()
-    agent_key = dep.last_word("createagent", "support-bot")
-    dep.impri("createreviewer", "rita")
-    rita = dep.last_word("token", "rita")
+    agent_key, rita = dep.agent_and_reviewer(password=False)
     yield first, second, agent_key, rita
     dep.close()
 

@@ -64,9 +64,8 @@ def short_server(deployment, server):
 
 @pytest.fixture(scope="module")
 def keys(deployment, server):
-    agent_key = deployment.last_word("createagent", "support-bot")
-    deployment.impri("createreviewer", "rita", "--password", "rita-password")
-    return {"agent": agent_key, "rita": deployment.last_word("token", "rita")}
+    agent_key, rita = deployment.agent_and_reviewer()
+    return {"agent": agent_key, "rita": rita}
 
 
 @pytest.fixture(params=["legacy", "auto"], ids=["handshake", "auto"])

@@ -23,7 +23,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.live import ROOT, Deployment, free_port
+from tests.live import ROOT, Deployment, free_port, last_word
 
 pytestmark = pytest.mark.e2e
 
@@ -168,15 +168,18 @@ def keys(deployment, server):
 
 def make_keys(deployment) -> dict:
     """An agent key, and a reviewer (rita, also an auditor) token."""
-    agent_key = deployment.last_word("createagent", "support-bot")
-    deployment.impri("createreviewer", "rita", "--password", "rita-password")
     # Reading the whole audit log is for auditors (docs/audit.md).
     auditor = (
         "from django.contrib.auth.models import Group, User; "
         "User.objects.get(username='rita').groups.add(Group.objects.get_or_create(name='auditors')[0])"
     )
-    deployment.impri("shell", "-c", auditor)
-    return {"agent": agent_key, "rita": deployment.last_word("token", "rita")}
+    key, _, _, token = deployment.commands(
+        ("createagent", "support-bot"),
+        ("createreviewer", "rita", "--password", "rita-password"),
+        ("shell", "--no-imports", "-c", auditor),
+        ("token", "rita"),
+    )
+    return {"agent": last_word(key), "rita": last_word(token)}
 
 
 def calls(log: Path, tool: str | None = None) -> list[dict]:

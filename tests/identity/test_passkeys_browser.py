@@ -19,15 +19,17 @@ from playwright.sync_api import expect
 # The two-factor tests' deployment: IMPRI_STEP_UP_CENTS=5000, so the $84 refund needs a factor.
 from tests.identity.test_two_factor_browser import deployment, server  # noqa: F401  (fixtures)
 from tests.inbox.test_inbox_browser import WATCH, chromium, push  # noqa: F401  (fixtures)
+from tests.live import last_word
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
 def agent_key(deployment, server) -> str:
-    key = deployment.last_word("createagent", "support-bot")
-    deployment.impri("createreviewer", "pat", "--password", "pat-password")
-    return key
+    key, _ = deployment.commands(
+        ("createagent", "support-bot"), ("createreviewer", "pat", "--password", "pat-password")
+    )
+    return last_word(key)
 
 
 def with_authenticator(page) -> str:

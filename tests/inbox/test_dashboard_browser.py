@@ -9,7 +9,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.inbox.test_inbox_browser import WATCH, chromium, push  # noqa: F401  (fixtures)
-from tests.live import Deployment
+from tests.live import Deployment, last_word
 
 pytestmark = pytest.mark.e2e
 
@@ -28,19 +28,20 @@ def server(deployment):
 
 @pytest.fixture(scope="module")
 def keys(deployment, server) -> dict:
-    dep = deployment
-    agent = dep.last_word("createagent", "support-bot")
-    dep.impri("createreviewer", "rita", "--password", "rita-password")
-    dep.impri("createreviewer", "fiona", "--password", "fiona-password")
     grant = (
         "from django.contrib.auth.models import Group, Permission, User; "
         "g = Group.objects.create(name='finance'); "
         "g.permissions.add(Permission.objects.get(codename='view_dashboard')); "
         "User.objects.get(username='fiona').groups.add(g)"
     )
-    dep.impri("shell", "-c", grant)
-    rita = dep.last_word("token", "rita")
-    return {"agent": agent, "rita": rita}
+    agent, _, _, _, rita = deployment.commands(
+        ("createagent", "support-bot"),
+        ("createreviewer", "rita", "--password", "rita-password"),
+        ("createreviewer", "fiona", "--password", "fiona-password"),
+        ("shell", "--no-imports", "-c", grant),
+        ("token", "rita"),
+    )
+    return {"agent": last_word(agent), "rita": last_word(rita)}
 
 
 def test_a_finance_lead_sees_the_charts_drawn_under_the_csp(chromium, server, keys):  # noqa: F811

@@ -8,7 +8,7 @@ import pytest
 from playwright.sync_api import expect, sync_playwright
 
 from tests.inbox.test_inbox_browser import CHROMIUM, CHROMIUM_ARGS, Reviewer, push, row
-from tests.live import Deployment
+from tests.live import Deployment, last_word
 
 pytestmark = pytest.mark.e2e
 
@@ -27,10 +27,12 @@ def server(deployment):
 
 @pytest.fixture(scope="module")
 def agent_key(deployment, server) -> str:
-    key = deployment.last_word("createagent", "support-bot")
-    deployment.impri("createreviewer", "rita", "--password", "rita-password")
-    deployment.impri("createreviewer", "sam", "--password", "sam-password")
-    return key
+    key, _, _ = deployment.commands(
+        ("createagent", "support-bot"),
+        ("createreviewer", "rita", "--password", "rita-password"),
+        ("createreviewer", "sam", "--password", "sam-password"),
+    )
+    return last_word(key)
 
 
 @pytest.fixture(scope="module")

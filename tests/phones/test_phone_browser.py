@@ -15,6 +15,7 @@ from playwright.sync_api import Page, expect
 
 # One deployment and server for this module, as the inbox's browser tests make them.
 from tests.inbox.test_inbox_browser import WATCH, chromium, deployment, push, server  # noqa: F401
+from tests.live import last_word
 
 pytestmark = pytest.mark.e2e
 
@@ -56,14 +57,17 @@ LINES = """
 
 @pytest.fixture(scope="module")
 def keys(deployment, server) -> dict:  # noqa: F811
-    agent = deployment.last_word("createagent", "support-bot")
-    deployment.impri("createreviewer", "olga", "--password", "olga-password")
     staff = (
         "from django.contrib.auth.models import User; "
         "User.objects.filter(username='olga').update(is_staff=True, is_superuser=True)"
     )
-    deployment.impri("shell", "-c", staff)
-    return {"agent": agent, "olga": deployment.last_word("token", "olga")}
+    agent, _, _, olga = deployment.commands(
+        ("createagent", "support-bot"),
+        ("createreviewer", "olga", "--password", "olga-password"),
+        ("shell", "--no-imports", "-c", staff),
+        ("token", "olga"),
+    )
+    return {"agent": last_word(agent), "olga": last_word(olga)}
 
 
 @pytest.fixture

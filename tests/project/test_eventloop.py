@@ -75,9 +75,7 @@ def test_the_seed_flow_and_shutdown_on_each_loop(loop):
     try:
         server = deployment.start_server(IMPRI_EVENT_LOOP=loop)
         assert f"; event loop {loop}\n" in server.output()
-        agent = deployment.last_word("createagent", "support-bot")
-        deployment.impri("createreviewer", "rita", "--password", "rita-password")
-        rita = deployment.last_word("token", "rita")
+        agent, rita = deployment.agent_and_reviewer()
 
         pushed = server.client(agent).post("/actions", json=refund_body())
         assert pushed.status_code == 201, pushed.text

@@ -58,9 +58,7 @@ def deployment():
         IMPRI_CALLBACK_ALLOWED_NETWORKS="127.0.0.1/32",
     )
     dep.server = dep.start_server()
-    dep.agent_key = dep.last_word("createagent", "support-bot")
-    dep.impri("createreviewer", "rita")
-    dep.rita = dep.last_word("token", "rita")
+    dep.agent_key, dep.rita = dep.agent_and_reviewer(password=False)
     yield dep
     dep.close()
 
