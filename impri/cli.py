@@ -60,8 +60,10 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args and args[0] in ROLES:
         os.environ.setdefault("IMPRI_PROCESS_ROLE", args[0])
-    elif args[:1] != ["runserver"]:
-        os.environ.setdefault("IMPRI_PROCESS_ROLE", "command")  # loads no Twisted (settings)
+    elif args[:1] not in (["runserver"], ["check"]):
+        # A one-shot command loads no Twisted (settings); runserver needs daphne's app, and
+        # `impri check` checks the apps serve runs.
+        os.environ.setdefault("IMPRI_PROCESS_ROLE", "command")
     if args[:1] == ["mcp"]:
         _refuse_a_fresh_database()
     try:

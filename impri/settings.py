@@ -182,8 +182,9 @@ IMPRI_PROCESS_ROLE = env("IMPRI_PROCESS_ROLE")
 if IMPRI_PROCESS_ROLE in ("worker", "mcp", "command"):
     # daphne's app only installs Twisted's reactor for `runserver` (`impri serve` runs
     # daphne's server itself): a worker, the stdio MCP server and a one-shot command
-    # (`impri createagent`: any but serve, worker, beat, mcp and runserver) load no
-    # Twisted, half a second of every start.
+    # (`impri createagent`: any but serve, worker, beat, mcp, runserver and check) load no
+    # Twisted, half a second of every start. Without a role (manage.py, the test suite) it
+    # is installed.
     INSTALLED_APPS = [app for app in INSTALLED_APPS if app != "daphne"]
 if IMPRI_PROCESS_ROLE == "worker":
     # ninja's app only serves Swagger UI's static files: the worker serves no page (a

@@ -50,7 +50,7 @@ VARIABLES: list[Var] = [
     Var("IMPRI_DB_POOL_SIZE", "", "by command: `serve` 24, `mcp` 2, `worker` 2, `beat` 1, others 0", "PostgreSQL connections pooled per process (`0`: no pool); keep processes × pool under `max_connections`", "all"),
     Var("IMPRI_DB_WAIT_S", "60", "`60`", "how long `impri serve` waits for the database, and `impri waitdb` (the image's start script) for the database and Redis, before it exits 1 (one line per attempt)", "serve, waitdb (the image's start script)"),
     Var("IMPRI_DB_POOL_TIMEOUT_S", "10", "`10`", "how long a request waits for a pooled connection before answering 503", "all"),
-    Var("IMPRI_PROCESS_ROLE", "command", "set by `impri`", "serve, worker, beat, mcp, or command (any other but runserver); picks the pool size", "all"),
+    Var("IMPRI_PROCESS_ROLE", "", "set by `impri`", "serve, worker, beat, mcp, or command (any other but runserver and check); picks the pool size, and a worker, mcp or command installs no daphne app", "all"),
     Var("IMPRI_LAYER_CAPACITY", "10000", "`10000`", "messages one channel may hold (each process's waiter hub has one channel)", "serve, worker"),
     Var("IMPRI_MCP_AWAIT_CAP_S", "50", "`50`", "MCP wait cap without a progress token", "serve, mcp"),
     Var("IMPRI_MCP_PROGRESS_EVERY_S", "12", "`12`", "MCP progress notification interval", "serve, mcp"),

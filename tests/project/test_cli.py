@@ -90,6 +90,23 @@ def test_a_one_shot_command_loads_no_twisted_and_no_url_conf_the_server_does(tmp
         IMPRI_DATA_DIR=data,
     )
     assert shell.stdout.split()[-1] == "False", shell.stderr
+    # Without a role (manage.py, daphne or uvicorn started directly) and for runserver,
+    # daphne's app is installed: runserver is daphne's, which serves the ASGI routes.
+    runserver = (
+        "import django; django.setup(); from django.core.management import get_commands; "
+        "print(get_commands()['runserver'])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", runserver],
+        env=clean_env(IMPRI_DATA_DIR=data, DJANGO_SETTINGS_MODULE="impri.settings"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.stdout.split() == ["daphne"], done.stderr[-2000:]
+    # daphne's runserver (its --noasgi option), not staticfiles' WSGI one.
+    assert "--noasgi" in impri("runserver", "--help", cwd=tmp_path, IMPRI_DATA_DIR=data).stdout
 
 
 def test_help_lists_impris_commands_before_djangos(tmp_path):
