@@ -9,9 +9,9 @@ from __future__ import annotations
 import inspect
 import json
 import os
-import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from asgiref.sync import SyncToAsync
@@ -31,12 +31,12 @@ SCALED = bool(settings.DATABASE_URL)
 # The suite starts several hundred Pythons (`impri serve`, `impri createreviewer`...). Where
 # PYTHONDONTWRITEBYTECODE is set (this machine's image sets it), each compiled Impri's
 # modules again at every start, about 0.3 s of CPU apiece. They keep it instead in a folder
-# of the system's temporary directory that every run shares (PYTHONPYCACHEPREFIX), never
-# in the checkout; the test processes themselves are left as they were started.
+# of the user's own cache that every run shares (PYTHONPYCACHEPREFIX), never in the checkout
+# nor where another user could write it; xdist's workers, started after this, do as well.
 if os.environ.pop("PYTHONDONTWRITEBYTECODE", None):
-    os.environ["PYTHONPYCACHEPREFIX"] = os.path.join(
-        tempfile.gettempdir(), f"impri-tests-pycache-{os.getuid()}"
-    )
+    _PYCACHE = Path.home() / ".cache" / "impri-tests" / "pycache"
+    _PYCACHE.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.environ["PYTHONPYCACHEPREFIX"] = str(_PYCACHE)
 
 
 # --- Parallel workers (pytest-xdist, `-n 4` in the README's command) ----------------------

@@ -121,7 +121,9 @@ class Deployment:
         fixture that makes an agent, a reviewer and a token pays for one Python start instead
         of three, about 1.5 s of CPU each."""
         code = _COMMANDS.format(commands=json.dumps([list(command) for command in commands]))
-        done = self.impri("shell", "--no-imports", "-c", code)
+        done = self.impri("shell", "--no-imports", "-c", code, check=False)
+        if done.returncode:
+            raise RuntimeError(f"impri commands {commands} failed:\n{done.stderr[-4000:]}")
         return json.loads(done.stdout.strip().splitlines()[-1])
 
     def agent_and_reviewer(
@@ -136,7 +138,7 @@ class Deployment:
         return last_word(key), last_word(token)
 
     def start_server(self, **env: str) -> Server:
-        if self.untouched:
+        if self.untouched and "IMPRI_DATA_DIR" not in env and "DATABASE_URL" not in env:
             _TEMPLATE.copy_into(self)
             self.untouched = False
         server = Server(self, migrate=not self.servers, env=env)
@@ -221,12 +223,13 @@ class _Template:
     def _made(self) -> Deployment:
         if self.deployment is None:
             made = Deployment()
+            atexit.register(made.close)
             made.impri("migrate", "--no-input")
             if made.db_name is None:  # the whole database in the one file
                 with sqlite3.connect(made.data_dir / "impri.sqlite3") as conn:
-                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                    busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                assert busy == 0, "the template's WAL could not be written back"
             self.deployment = made
-            atexit.register(made.close)
         return self.deployment
 
     def copy_into(self, deployment: Deployment) -> None:
