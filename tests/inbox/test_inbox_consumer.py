@@ -23,6 +23,41 @@ ORIGIN = (b"origin", b"http://localhost")
 HOST = (b"host", b"localhost")
 
 
+# Every socket a test opens, to be ended in that test (below).
+_sockets: list[WebsocketCommunicator] = []
+
+
+def communicator(headers) -> WebsocketCommunicator:
+    socket = WebsocketCommunicator(application, "/ws/inbox", headers=headers)
+    _sockets.append(socket)
+    return socket
+
+
+@pytest.fixture(autouse=True)
+async def _every_socket_ends_in_its_test():
+    """End each consumer here, not in the event loop's close.
+
+    A socket the server refused or closed leaves its consumer waiting for the
+    disconnect, its channel layer receive still running. The loop's close cancels
+    that once; on Python 3.11 redis-py can lose a cancel that lands as a command's
+    write completes (``asyncio.wait_for``, CPython gh-86296), and channels_redis's
+    receive then polls Redis for ever: the leg hung to its timeout. Daphne cancels
+    a lingering consumer again every second; so does this.
+    """
+    _sockets.clear()
+    yield
+    for socket in _sockets:
+        if not socket.future.done():
+            await socket.send_input({"type": "websocket.disconnect", "code": 1000})
+        for _ in range(20):
+            done, _pending = await asyncio.wait({socket.future}, timeout=0.5)
+            if done:
+                break
+            socket.future.cancel()
+        assert socket.future.done(), "a consumer outlived twenty cancels"
+    _sockets.clear()
+
+
 def session_cookie(user) -> str:
     client = Client()
     client.force_login(user)
@@ -34,7 +69,7 @@ async def open_socket(user=None, origin=ORIGIN) -> tuple[WebsocketCommunicator, 
     if user is not None:
         cookie = await sync_to_async(session_cookie)(user)
         headers.append((b"cookie", f"sessionid={cookie}".encode()))
-    socket = WebsocketCommunicator(application, "/ws/inbox", headers=headers)
+    socket = communicator(headers)
     connected, code = await socket.connect(timeout=5)
     return socket, connected, code
 
@@ -156,14 +191,14 @@ async def test_logout_closes_that_sessions_socket_and_no_hint_follows(agent, rit
     await sync_to_async(client.force_login)(rita.user)
     cookie = client.cookies["sessionid"].value
     headers = [ORIGIN, HOST, (b"cookie", f"sessionid={cookie}".encode())]
-    socket = WebsocketCommunicator(application, "/ws/inbox", headers=headers)
+    socket = communicator(headers)
     assert (await socket.connect(timeout=5))[0]
     assert (await socket.receive_json_from(timeout=5))["event"] == "hello"
     await sync_to_async(client.post)("/accounts/logout/")
     assert await _closed(socket) == 4403
     await sync_to_async(make_action)(agent.agent)
     assert await socket.receive_nothing(timeout=0.3)
-    again = WebsocketCommunicator(application, "/ws/inbox", headers=headers)
+    again = communicator(headers)
     connected, _ = await again.connect(timeout=5)
     assert not connected, "the logged-out session can't reconnect"
 
@@ -222,7 +257,7 @@ async def test_the_exact_origin_with_a_port_is_accepted(rita):
         (b"host", b"127.0.0.1:8123"),
         (b"cookie", f"sessionid={cookie}".encode()),
     ]
-    socket = WebsocketCommunicator(application, "/ws/inbox", headers=headers)
+    socket = communicator(headers)
     assert (await socket.connect(timeout=5))[0]
     await socket.disconnect()
 
