@@ -16,7 +16,6 @@ from pathlib import Path
 
 import django
 from django.conf import settings
-from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import execute_from_command_line, get_commands, load_command_class
 from django.db import OperationalError
@@ -27,11 +26,11 @@ from impri.settings_env import env
 
 # Long-running commands whose database pool is sized by role (impri/settings.py).
 ROLES = ("serve", "worker", "beat", "mcp")
-# Where system-check warnings (impri.W001...) are printed: when a long-running process starts,
-# and when asked (`impri check`). Django's other commands (`impri migrate`...) stop on errors
-# only; Impri's one-shot commands (`impri rules import`, `impri token`...) run none
-# (requires_system_checks = []): every check they could fail is the code's, which serve runs.
-WARN_ON = ("serve", "worker", "beat", "check")
+# System-check warnings (impri.W001...) are printed when a long-running process starts, and
+# when asked (`impri check`). Django's other commands (`impri migrate`...) stop on errors
+# only (settings: SILENCED_SYSTEM_CHECKS for the role "command"); Impri's one-shot commands
+# (`impri rules import`, `impri token`...) run none (requires_system_checks = []): every
+# check they could fail is the code's, which serve runs.
 # The apps whose commands `impri help` lists as Impri's (the operator's commands live in ops).
 IMPRI_APPS = ("impri", "ops", "audit", "gateway", "ledger")
 HELP_ARGS = ([], ["help"], ["--help"], ["-h"])
@@ -77,9 +76,6 @@ def main(argv: list[str] | None = None) -> None:
     if args[:1] == ["beat"]:
         _run_without_apps(args)
         return
-    if not args or args[0] not in WARN_ON:
-        _errors_only_from_checks()
-
     _execute(args)
 
 
@@ -140,17 +136,6 @@ def _run_without_apps(args: list[str]) -> None:
     logging.captureWarnings(True)  # as Django's configure_logging does
     logging.config.dictConfig(settings.LOGGING)
     Command().run_from_argv(["impri", *args])
-
-
-def _errors_only_from_checks() -> None:
-    """System checks still stop a command on an error; their warnings wait for `impri serve`."""
-
-    run_checks = checks.run_checks
-
-    def serious_only(*args, **kwargs):
-        return [message for message in run_checks(*args, **kwargs) if message.is_serious()]
-
-    checks.run_checks = serious_only
 
 
 def _refuse_a_fresh_database() -> None:

@@ -186,6 +186,12 @@ if IMPRI_PROCESS_ROLE in ("worker", "mcp", "command"):
     # Twisted, half a second of every start. Without a role (manage.py, the test suite) it
     # is installed.
     INSTALLED_APPS = [app for app in INSTALLED_APPS if app != "daphne"]
+# Impri's system-check warnings about the deployment: said when serve, worker or beat
+# starts and by `impri check`; a one-shot command (`impri migrate`) still stops on a
+# check's error but keeps them quiet, through Django's own switch.
+IMPRI_DEPLOYMENT_WARNINGS = ["impri.W001", "impri.W002", "impri.W003", "impri.W004"]
+if IMPRI_PROCESS_ROLE == "command":
+    SILENCED_SYSTEM_CHECKS = IMPRI_DEPLOYMENT_WARNINGS
 if IMPRI_PROCESS_ROLE == "worker":
     # ninja's app only serves Swagger UI's static files: the worker serves no page (a
     # command keeps it, `impri collectstatic` copies them); docs/benchmarks.md, "idle footprint".

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -89,6 +91,23 @@ def test_routine_commands_keep_system_check_warnings_for_long_running_ones(deplo
     deployment.impri("createreviewer", "quiet")
     done = deployment.impri("token", "quiet", IMPRI_HOST="0.0.0.0")
     assert "W001" not in done.stderr and "System check" not in done.stderr
+    # Django's own commands run the checks: an error stops them, the warnings stay quiet.
+    done = deployment.impri("migrate", "--no-input", IMPRI_HOST="0.0.0.0")
+    assert "W001" not in done.stderr + done.stdout, done.stderr
+
+
+def test_every_deployment_warning_is_quiet_in_one_shot_commands():
+    """A new ``impri.W`` check joins the list one-shot commands silence."""
+    from django.conf import settings
+
+    root = Path(__file__).resolve().parents[2]
+    found = set()
+    for package in root.iterdir():
+        if package.name == "tests" or not (package / "__init__.py").exists():
+            continue
+        for path in package.rglob("*.py"):
+            found.update(re.findall(r'id="(impri\.W\d+)"', path.read_text(encoding="utf-8")))
+    assert found and found == set(settings.IMPRI_DEPLOYMENT_WARNINGS)
 
 
 def test_audit_verify_on_a_missing_table_is_a_broken_verdict():
