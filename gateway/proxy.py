@@ -28,18 +28,17 @@ from typing import Any
 import jsonschema
 from django.conf import settings
 from mcp.server.auth.provider import TokenVerifier
-from mcp.server.auth.settings import AuthSettings
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, CallToolResult, TextContent, Tool
 from pydantic import ValidationError
 
 from agent_doors.mcp.server import (
-    AGENT_SCOPE,
     ImpriMCPServer,
     _base_url,
     _progress_reporter,
     _wait_seconds,
     _wants_progress,
+    agent_auth,
     current_agent,
     error_result,
     in_own_task,
@@ -50,7 +49,6 @@ from approvals import services as approvals
 from approvals.errors import ImpriError, InvalidInput
 from approvals.models import Action, ActionStatus
 from approvals.presenters import inbox_url
-from plumbing import public_url
 from plumbing.database import database_sync_to_async
 from waiting import decisions
 
@@ -468,13 +466,6 @@ def _refusal(name: str, action: Action) -> str:
 def build_gateway_server(
     gateway: str, *, api_key: str | None = None, verifier: TokenVerifier | None = None
 ) -> GatewayServer:
-    auth = None
-    if verifier is not None:
-        auth = AuthSettings(
-            issuer_url=public_url.base_url(),
-            resource_server_url=None,
-            required_scopes=[AGENT_SCOPE],
-        )
     return GatewayServer(
         gateway,
         api_key=api_key,
@@ -488,5 +479,5 @@ def build_gateway_server(
             "the result describes what was actually executed."
         ),
         token_verifier=verifier,
-        auth=auth,
+        auth=agent_auth(verifier),
     )

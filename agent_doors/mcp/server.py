@@ -16,7 +16,8 @@ from typing import Any
 
 from django.conf import settings
 from mcp.server.auth.middleware.auth_context import get_access_token
-from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.provider import AccessToken, TokenVerifier
+from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
@@ -33,6 +34,17 @@ from .stdio import serve
 logger = logging.getLogger(__name__)
 
 AGENT_SCOPE = "impri:agent"
+
+
+def agent_auth(verifier: TokenVerifier | None) -> AuthSettings | None:
+    """A streamable HTTP server's bearer check: an agent key of this Impri; none on stdio."""
+    if verifier is None:
+        return None
+    return AuthSettings(
+        issuer_url=public_url.base_url(), resource_server_url=None, required_scopes=[AGENT_SCOPE]
+    )
+
+
 ERROR_META_KEY = "impri/error"
 
 

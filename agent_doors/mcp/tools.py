@@ -10,7 +10,6 @@ from typing import Annotated, Any, Literal
 
 from django.conf import settings
 from mcp.server.auth.provider import TokenVerifier
-from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context
 from mcp_types import ToolAnnotations
 from pydantic import Field
@@ -18,18 +17,17 @@ from pydantic import Field
 from approvals import services
 from approvals.presenters import action_out
 from approvals.schemas import ActionIn, ActionOut, DecisionOut, EditableIn, PreviewIn, ResultIn
-from plumbing import public_url
 from plumbing.database import database_sync_to_async
 from waiting import decisions
 
 from .server import (
-    AGENT_SCOPE,
     ImpriMCPServer,
     _base_url,
     _parse,
     _progress_reporter,
     _wait_seconds,
     _wants_progress,
+    agent_auth,
     current_agent,
     in_own_task,
 )
@@ -287,13 +285,6 @@ def build_server(*, api_key: str | None = None, verifier: TokenVerifier | None =
     ``api_key``: stdio and in-process use; the agent is that key's. ``verifier``:
     streamable HTTP; the agent is the request's bearer key.
     """
-    auth = None
-    if verifier is not None:
-        auth = AuthSettings(
-            issuer_url=public_url.base_url(),
-            resource_server_url=None,
-            required_scopes=[AGENT_SCOPE],
-        )
     server = ImpriMCPServer(
         api_key=api_key,
         name="impri",
@@ -301,7 +292,7 @@ def build_server(*, api_key: str | None = None, verifier: TokenVerifier | None =
         description="Human approval for the actions of AI agents.",
         instructions=INSTRUCTIONS,
         token_verifier=verifier,
-        auth=auth,
+        auth=agent_auth(verifier),
     )
     server.register(
         impri_push_action,
