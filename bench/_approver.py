@@ -83,6 +83,27 @@ async def approve_all(spec: dict) -> dict:
     return results
 
 
+async def in_a_process(workdir: Path, spec: dict) -> dict:
+    """Run this script as a child on ``spec`` (files in ``workdir``): the results by action id.
+
+    Raises RuntimeError when the child fails; a cancelled wait kills it.
+    """
+    jobs, results = workdir / "approve-jobs.json", workdir / "approve-results.json"
+    jobs.write_text(json.dumps(spec))
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, str(Path(__file__).resolve()), str(jobs), str(results)
+    )
+    try:
+        await child.wait()
+    finally:
+        if child.returncode is None:
+            child.kill()
+            await child.wait()
+    if child.returncode:
+        raise RuntimeError(f"approver exited {child.returncode}")
+    return json.loads(results.read_text())
+
+
 def main() -> int:
     spec = json.loads(Path(sys.argv[1]).read_text())
     results = asyncio.run(approve_all(spec))

@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import secrets
 import subprocess
@@ -63,6 +62,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import _approver as approver  # noqa: E402
 from bench._live import (  # noqa: E402
     Stack,
     fmt,
@@ -321,28 +321,13 @@ class WaitRun:
 
     async def approve_all(self) -> dict:
         """bench/_approver.py in a process of its own: {action_id: [sent, done, status]}."""
-        jobs = self.stack.data_dir / "approve-jobs.json"
-        results = self.stack.data_dir / "approve-results.json"
         spec = {
             "token": self.token,
             "rate": self.args.decision_rate,
             "approvers": self.args.approvers,
             "jobs": [[self.url, w.action_id] for w in self.waiters],
         }
-        jobs.write_text(json.dumps(spec))
-        script = Path(__file__).resolve().parent / "_approver.py"
-        child = await asyncio.create_subprocess_exec(
-            sys.executable, str(script), str(jobs), str(results)
-        )
-        try:
-            await child.wait()
-        finally:
-            if child.returncode is None:
-                child.kill()
-                await child.wait()
-        if child.returncode:
-            raise RuntimeError(f"bench/_approver.py exited {child.returncode}")
-        return json.loads(results.read_text())
+        return await approver.in_a_process(self.stack.data_dir, spec)
 
     async def main(self) -> dict:
         out: dict = {"waiters": self.args.waiters}

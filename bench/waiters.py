@@ -78,6 +78,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import _approver as approver  # noqa: E402
 from bench._approver import Pace  # noqa: E402
 from bench._live import (  # noqa: E402
     Stack,
@@ -393,29 +394,17 @@ class Run:
         """The same approvals, paced the same way, sent by bench/_approver.py in a process of
         its own; each approval's send time comes back from it (same clock)."""
         n = len(self.urls)
-        workdir = Path(self.stack.data_dir)
-        jobs, results = workdir / "approve-jobs.json", workdir / "approve-results.json"
         spec = {
             "token": self.rita,
             "rate": self.args.decision_rate,
             "approvers": self.args.approvers,
             "jobs": [[self.urls[(w.server + 1) % n], w.action_id] for w in todo],
         }
-        jobs.write_text(json.dumps(spec))
-        script = Path(__file__).resolve().parent / "_approver.py"
-        child = await asyncio.create_subprocess_exec(
-            sys.executable, str(script), str(jobs), str(results)
-        )
         try:
-            await child.wait()
-        finally:
-            if child.returncode is None:
-                child.kill()
-                await child.wait()
-        if child.returncode:
-            self.errors[f"approver exited {child.returncode}"] += 1
+            by_id = await approver.in_a_process(Path(self.stack.data_dir), spec)
+        except RuntimeError as exc:
+            self.errors[str(exc)] += 1
             return
-        by_id = json.loads(results.read_text())
         for w in todo:
             sent, done, status = by_id.get(w.action_id, (None, None, "not sent"))
             w.approve_sent, w.approve_done = sent, done
