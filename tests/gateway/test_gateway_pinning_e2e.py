@@ -395,11 +395,14 @@ async def test_a_hyphenated_tool_keeps_its_name_in_its_kind(deployment, server, 
 
 
 @pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="scaled mode: needs REDIS_URL")
-async def test_stdio_gateway_in_scaled_mode_hears_the_decision_within_a_second(
+async def test_stdio_gateway_in_scaled_mode_hears_the_decision_by_push(
     deployment, server, keys, upstreams
 ):
     env = dict(deployment.env)
     deployment.env["IMPRI_MCP_PROGRESS_EVERY_S"] = "0.2"
+    # Its safety net's re-read a minute away: only the wake through Redis is in time below
+    # (the bound is generous: the approve's round trip and the upstream call are in it).
+    deployment.env["IMPRI_AWAIT_REREAD_S"] = "60"
     try:
         async with stdio_gateway(deployment, keys["agent"], "open") as client:
             parked = anyio.Event()
@@ -434,7 +437,7 @@ async def test_stdio_gateway_in_scaled_mode_hears_the_decision_within_a_second(
         deployment.env.clear()
         deployment.env.update(env)
     assert not outcome["result"].is_error, text(outcome["result"])
-    assert outcome["at"] - decided < 1.0, outcome["at"] - decided
+    assert outcome["at"] - decided < 15.0, outcome["at"] - decided
     assert json.dumps(calls(upstreams["open"].log, "create_refund")).count("STDIO-1") == 1
 
 

@@ -106,12 +106,29 @@ def test_ci_runs_the_fast_loop_on_the_newest_allowed_versions_last_and_fails_on_
     start = lines.index("start_newest() {")
     starter = lines[start : start + lines[start:].index("}")]
     assert '(newest_allowed) >"$NEWEST_LOG" 2>&1 &' in starter
-    assert lines.index("start_newest") < next(
-        i for i, line in enumerate(lines) if "install_check" in line and line.startswith("leg ")
-    )
+    lanes = [i for i, line in enumerate(lines) if line.startswith("lane ")]
+    assert lanes and lines.index("start_newest") < min(lanes)
     start = lines.index("newest_result() {")
     result = lines[start : start + lines[start:].index("}")]
     assert 'wait "$NEWEST_PID" || rc=$?' in result and 'return "$rc"' in result
+
+
+def test_ci_runs_each_check_once_legs_3_to_the_fuzzing_in_lanes_and_fails_on_any():
+    lines = ci_lines()
+    checks = ("install_check", "image_check", "proxy_check", "clients_check", "schemathesis_check")
+    for check in checks:
+        runs = [line for line in lines if line.startswith("lane ") and line.endswith(check)]
+        runs += [
+            line for line in lines if line.startswith(("lane ", "leg ")) and f" {check} " in line
+        ]
+        assert len(runs) == 1, (check, runs)
+    # A lane is a subshell under set -e whose status lanes_result waits for and returns.
+    start = lines.index("lanes_result() {")
+    body = lines[start : start + lines[start:].index("}")]
+    assert 'wait "${LANE_PIDS[$i]}" || rc=$?' in body and "return 1" in body
+    assert not any("|| true" in line for line in body)
+    legs = [line.split()[-1] for line in lines if line.startswith("leg ")]
+    assert legs[-2:] == ["lanes_result", "newest_result"], legs
 
 
 # --- The import contracts ------------------------------------------------------------------
