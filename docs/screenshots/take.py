@@ -24,17 +24,10 @@ django.setup()
 
 from playwright.sync_api import expect, sync_playwright  # noqa: E402
 
+from tests.browser import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
 from tests.factories import refund_body  # noqa: E402
 from tests.live import Deployment  # noqa: E402
 
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 ACTIONS = [
     refund_body(
         title="Refund $840.00 on order 10432",
@@ -84,7 +77,7 @@ def main() -> None:
         with server.client(key) as client:
             ids = [client.post("/actions", json=body).json()["action_id"] for body in ACTIONS]
         with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             sizes = (
                 ("", {"width": 1280, "height": 860}),
                 ("-phone", {"width": 390, "height": 844}),

@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (pytest fixtures imported from other test modules are used as arguments)
 """Passkeys in real headless Chromium with a virtual authenticator (the DevTools protocol's
 WebAuthn domain) against `impri serve` (issue 32).
 
@@ -16,9 +15,10 @@ import re
 import pytest
 from playwright.sync_api import expect
 
+from tests.browser import WATCH, chromium, push  # noqa: F401  (fixtures)
+
 # The two-factor tests' deployment: IMPRI_STEP_UP_CENTS=5000, so the $84 refund needs a factor.
 from tests.identity.test_two_factor_browser import deployment, server  # noqa: F401  (fixtures)
-from tests.inbox.test_inbox_browser import WATCH, chromium, push  # noqa: F401  (fixtures)
 from tests.live import last_word
 
 pytestmark = pytest.mark.e2e

@@ -14,8 +14,8 @@ import pytest
 from django_otp.oath import totp
 from playwright.sync_api import expect
 
-from tests.inbox.test_inbox_browser import CHROMIUM, CHROMIUM_ARGS, Reviewer, push
-from tests.live import Deployment, last_word
+from tests.browser import Reviewer, agent_key, chromium, push, server  # noqa: F401  (fixtures)
+from tests.live import Deployment
 
 pytestmark = pytest.mark.e2e
 
@@ -25,31 +25,6 @@ def deployment():
     dep = Deployment(IMPRI_STEP_UP_CENTS="5000")  # $50: the $84 refund needs a second factor
     yield dep
     dep.close()
-
-
-@pytest.fixture(scope="module")
-def server(deployment):
-    return deployment.start_server()
-
-
-@pytest.fixture(scope="module")
-def agent_key(deployment, server) -> str:
-    key, _, _ = deployment.commands(
-        ("createagent", "support-bot"),
-        ("createreviewer", "rita", "--password", "rita-password"),
-        ("createreviewer", "sam", "--password", "sam-password"),
-    )
-    return last_word(key)
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 def code_for(secret: str) -> str:

@@ -8,22 +8,10 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from tests.inbox.test_inbox_browser import WATCH, chromium, push  # noqa: F401  (fixtures)
-from tests.live import Deployment, last_word
+from tests.browser import WATCH, chromium, deployment, push, server  # noqa: F401  (fixtures)
+from tests.live import last_word
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def deployment():
-    dep = Deployment()
-    yield dep
-    dep.close()
-
-
-@pytest.fixture(scope="module")
-def server(deployment):
-    return deployment.start_server()
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +32,7 @@ def keys(deployment, server) -> dict:
     return {"agent": last_word(agent), "rita": last_word(rita)}
 
 
-def test_a_finance_lead_sees_the_charts_drawn_under_the_csp(chromium, server, keys):  # noqa: F811
+def test_a_finance_lead_sees_the_charts_drawn_under_the_csp(chromium, server, keys):
     approved = push(server, keys["agent"])
     rejected = push(server, keys["agent"], title="Refund too much")
     reviewer = server.client(keys["rita"])

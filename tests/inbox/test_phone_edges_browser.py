@@ -13,7 +13,7 @@ import pytest
 from playwright.sync_api import expect
 
 # One deployment and server for this module, as the inbox's browser tests make them.
-from tests.inbox.test_inbox_browser import WATCH, chromium, deployment, push, server  # noqa: F401
+from tests.browser import WATCH, chromium, deployment, push, server  # noqa: F401
 from tests.phones.test_phone_browser import PHONE, keys, phone  # noqa: F401
 
 pytestmark = pytest.mark.e2e
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.e2e
 WIDTH = "el => el.getBoundingClientRect().width"
 
 
-def test_every_card_of_the_action_page_takes_the_full_width(phone, server, keys):  # noqa: F811
+def test_every_card_of_the_action_page_takes_the_full_width(phone, server, keys):
     action_id = push(server, keys["agent"], title="Refund $84.00 on order 10432")
     phone.goto(f"{server.url}/inbox/actions/{action_id}")
     column = phone.locator("#action .will-happen").evaluate(WIDTH)
@@ -31,7 +31,7 @@ def test_every_card_of_the_action_page_takes_the_full_width(phone, server, keys)
         assert width == column, f".{card} is {width} px wide of {column}"
 
 
-def test_the_queues_filters_leave_the_first_screen_to_the_queue(phone, server, keys):  # noqa: F811
+def test_the_queues_filters_leave_the_first_screen_to_the_queue(phone, server, keys):
     action_id = push(server, keys["agent"], title="Refund $12.00 on order 20001")
     phone.goto(server.url + "/inbox/")
     filters = phone.locator("form.filters").bounding_box()
@@ -48,7 +48,7 @@ def test_the_queues_filters_leave_the_first_screen_to_the_queue(phone, server, k
     expect(phone.get_by_label("Kind")).to_be_visible()
 
 
-def test_a_wide_screen_shows_every_filter_at_once(chromium, server, keys):  # noqa: F811
+def test_a_wide_screen_shows_every_filter_at_once(chromium, server, keys):
     context = chromium.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
     try:
@@ -59,7 +59,7 @@ def test_a_wide_screen_shows_every_filter_at_once(chromium, server, keys):  # no
         context.close()
 
 
-def test_the_dashboard_opens_on_today_and_shows_every_refunded_amount(phone, server, keys):  # noqa: F811
+def test_the_dashboard_opens_on_today_and_shows_every_refunded_amount(phone, server, keys):
     big = push(
         server,
         keys["agent"],
@@ -110,7 +110,7 @@ UNREACHABLE = re.compile(
 )
 
 
-def push_page(chromium, server, script: str | None = None, clock: bool = False):  # noqa: F811
+def push_page(chromium, server, script: str | None = None, clock: bool = False):
     context = chromium.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
     context.grant_permissions(["notifications"], origin=server.url)
     context.add_init_script(WATCH)
@@ -124,7 +124,7 @@ def push_page(chromium, server, script: str | None = None, clock: bool = False):
     return context, page
 
 
-def log_in(page, server) -> None:  # noqa: F811
+def log_in(page, server) -> None:
     page.goto(server.url + "/inbox/")
     page.get_by_label("Username").fill("olga")
     page.get_by_label("Password").fill("olga-password")
@@ -132,7 +132,7 @@ def log_in(page, server) -> None:  # noqa: F811
     expect(page).to_have_url(server.url + "/inbox/")
 
 
-def test_a_push_service_that_never_answers_is_named_after_a_wait(chromium, server, keys):  # noqa: F811
+def test_a_push_service_that_never_answers_is_named_after_a_wait(chromium, server, keys):
     context, page = push_page(chromium, server, HANGS, clock=True)
     try:
         status = page.locator("[data-push-status]")
@@ -149,7 +149,7 @@ def test_a_push_service_that_never_answers_is_named_after_a_wait(chromium, serve
         context.close()
 
 
-def test_a_push_service_error_is_named(chromium, server, keys):  # noqa: F811
+def test_a_push_service_error_is_named(chromium, server, keys):
     context, page = push_page(chromium, server, FAILS)
     try:
         page.get_by_role("button", name="Turn on notifications").click()
@@ -158,7 +158,7 @@ def test_a_push_service_error_is_named(chromium, server, keys):  # noqa: F811
         context.close()
 
 
-def test_a_browser_that_may_not_subscribe_says_where_to_allow_it(chromium, server, keys):  # noqa: F811
+def test_a_browser_that_may_not_subscribe_says_where_to_allow_it(chromium, server, keys):
     # Headless Chromium refuses every subscription ("Registration failed - permission denied").
     context, page = push_page(chromium, server)
     try:

@@ -5,56 +5,21 @@ from __future__ import annotations
 import re
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
-from tests.inbox.test_inbox_browser import CHROMIUM, CHROMIUM_ARGS, Reviewer, push, row
-from tests.live import Deployment, last_word
+from tests.browser import (  # noqa: F401  (fixtures)
+    Reviewer,
+    agent_key,
+    chromium,
+    deployment,
+    push,
+    rita,
+    row,
+    sam,
+    server,
+)
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def deployment():
-    dep = Deployment()
-    yield dep
-    dep.close()
-
-
-@pytest.fixture(scope="module")
-def server(deployment):
-    return deployment.start_server()
-
-
-@pytest.fixture(scope="module")
-def agent_key(deployment, server) -> str:
-    key, _, _ = deployment.commands(
-        ("createagent", "support-bot"),
-        ("createreviewer", "rita", "--password", "rita-password"),
-        ("createreviewer", "sam", "--password", "sam-password"),
-    )
-    return last_word(key)
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
-
-
-@pytest.fixture
-def rita(chromium, server, agent_key):
-    person = Reviewer(chromium, server, "rita")
-    yield person
-    person.close()
-
-
-@pytest.fixture
-def sam(chromium, server, agent_key):
-    person = Reviewer(chromium, server, "sam")
-    yield person
-    person.close()
 
 
 def pending_count(page) -> int:

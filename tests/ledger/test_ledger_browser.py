@@ -11,8 +11,8 @@ import httpx
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
+from tests.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.factories import SEED_RULES, refund_body
-from tests.inbox.test_inbox_browser import CHROMIUM, CHROMIUM_ARGS
 from tests.live import Deployment
 
 from .helpers import SECRET, event, refund_obj, sign

@@ -14,7 +14,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 # One deployment and server for this module, as the inbox's browser tests make them.
-from tests.inbox.test_inbox_browser import WATCH, chromium, deployment, push, server  # noqa: F401
+from tests.browser import WATCH, chromium, deployment, push, server  # noqa: F401
 from tests.live import last_word
 
 pytestmark = pytest.mark.e2e
@@ -56,7 +56,7 @@ LINES = """
 
 
 @pytest.fixture(scope="module")
-def keys(deployment, server) -> dict:  # noqa: F811
+def keys(deployment, server) -> dict:
     staff = (
         "from django.contrib.auth.models import User; "
         "User.objects.filter(username='olga').update(is_staff=True, is_superuser=True)"
@@ -71,7 +71,7 @@ def keys(deployment, server) -> dict:  # noqa: F811
 
 
 @pytest.fixture
-def phone(chromium, server, keys):  # noqa: F811
+def phone(chromium, server, keys):
     context = chromium.new_context(
         viewport=PHONE, is_mobile=True, has_touch=True, device_scale_factor=2
     )
@@ -96,7 +96,7 @@ def fits(page: Page, path: str) -> None:
     assert width == PHONE["width"], f"{path}: {width} px wide, past the edge: {wide}"
 
 
-def test_every_page_fits_a_phone(phone, server, keys):  # noqa: F811
+def test_every_page_fits_a_phone(phone, server, keys):
     # payload.shipping_adjustment.warehouse_reference: wider than a phone, two breaks at dots.
     long_path = {"shipping_adjustment": {"warehouse_reference": "ADJ-2026-000000123456789"}}
     pending = push(server, keys["agent"], title="Refund $84.00 on order 10432")
@@ -163,7 +163,7 @@ def test_every_page_fits_a_phone(phone, server, keys):  # noqa: F811
         assert tall <= 2, f"{th.inner_text()!r} ({letters} letters) spans {tall} lines"
 
 
-def test_the_manifest_worker_and_offline_page_are_served_for_installing(server):  # noqa: F811
+def test_the_manifest_worker_and_offline_page_are_served_for_installing(server):
     with httpx.Client(base_url=server.url) as client:
         manifest = client.get("/inbox/manifest.webmanifest")
         assert manifest.status_code == 200
@@ -187,7 +187,7 @@ def test_the_manifest_worker_and_offline_page_are_served_for_installing(server):
         assert offline.status_code == 200 and "You are offline" in offline.text
 
 
-def test_the_inbox_installs_its_worker_and_opens_offline(phone, server):  # noqa: F811
+def test_the_inbox_installs_its_worker_and_opens_offline(phone, server):
     phone.goto(server.url + "/inbox/")
     scope, state = phone.evaluate(
         "navigator.serviceWorker.ready.then(r => [r.scope, r.active && r.active.state])"
@@ -220,7 +220,7 @@ def test_the_inbox_installs_its_worker_and_opens_offline(phone, server):  # noqa
         phone.context.set_offline(False)
 
 
-def test_an_amount_is_typed_in_dollars_and_what_will_happen_follows(phone, server, keys):  # noqa: F811
+def test_an_amount_is_typed_in_dollars_and_what_will_happen_follows(phone, server, keys):
     action_id = push(server, keys["agent"], title="Refund $84.00, edited on a phone")
     phone.goto(f"{server.url}/inbox/actions/{action_id}")
     amount = phone.get_by_label("payload.amount_cents")

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from playwright.sync_api import Page, expect
 
-from tests.inbox.test_inbox_browser import CHROMIUM, CHROMIUM_ARGS, chromium  # noqa: F401
+from tests.browser import CHROMIUM, CHROMIUM_ARGS, chromium  # noqa: F401
 from tests.live import Deployment
 
 pytestmark = pytest.mark.e2e
@@ -94,7 +94,7 @@ def _wait_for_devices(page: Page, count: int) -> list[dict]:
 
 
 def test_the_next_reviewer_on_a_shared_browser_is_registered_and_the_first_keeps_theirs(
-    chromium,  # noqa: F811
+    chromium,
     server,
 ):
     shared = chromium.new_context(viewport={"width": 1280, "height": 900})
