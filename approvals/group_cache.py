@@ -33,6 +33,9 @@ from django.db import transaction
 from django.db.models.signals import m2m_changed, post_delete, post_save
 
 from plumbing.generations import Generation
+from rules.models import RuleSetVersion
+
+from .models import GroupNotificationSettings
 
 GROUP_CACHE_S = 60.0
 T = TypeVar("T")
@@ -165,10 +168,6 @@ def watch(model) -> None:
 def connect() -> None:
     """The core's own models (``ApprovalsConfig.ready``); a group channel's are added by
     ``outbox.add_group_channel``."""
-    from rules.models import RuleSetVersion
-
-    from .models import GroupNotificationSettings
-
     user = get_user_model()
     for model in (Group, user, GroupNotificationSettings, RuleSetVersion):
         watch(model)

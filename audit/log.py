@@ -399,7 +399,7 @@ def _nudge() -> None:
     if settings.CELERY_TASK_ALWAYS_EAGER:
         return  # embedded mode: the in-process ticker's slow sweep picks it up
     try:
-        from .tasks import run_full_verifications
+        from .tasks import run_full_verifications  # here: tasks imports this module
 
         run_full_verifications.delay()
     except Exception:  # noqa: BLE001 - beat runs the sweep anyway

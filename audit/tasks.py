@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from . import log
+from . import log, verification
 
 
 @shared_task
@@ -14,6 +14,4 @@ def run_full_verifications() -> int:
 
 @shared_task
 def verify_audit_chain() -> bool:
-    from . import verification
-
     return verification.verify_scheduled().ok

@@ -16,7 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals.errors import RateLimited
-from approvals.models import Agent, ApiKey, hash_key, random_base62
+from approvals.models import Agent, ApiKey, hash_key, new_webhook_secret, random_base62
 from audit import identity
 from audit import log as audit
 from audit.identity import current_actor
@@ -143,8 +143,6 @@ def revoke_key(key: ApiKey, *, by: str = "system") -> None:
 
 def rotate_webhook_secret(agent: Agent, *, by: str = "system") -> str:
     """Give the agent a new webhook signing secret; returns it (shown once, never again)."""
-    from approvals.models import new_webhook_secret
-
     secret = new_webhook_secret()
     with transaction.atomic():
         Agent.objects.filter(pk=agent.pk).update(webhook_secret=secret)

@@ -9,6 +9,7 @@ class LedgerConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        # deferred: models and receivers load in AppConfig.ready, once the app registry is ready
         from approvals import presenters
         from delivery import outboxes
         from plumbing.metrics import registry

@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.db.models import Count
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from . import selectors
 from .models import EXCEPTIONS, Movement, State
 
 
@@ -14,8 +15,6 @@ class LedgerCollector:
         return []
 
     def collect(self):
-        from . import selectors
-
         movements = CounterMetricFamily(
             "impri_ledger_movements",
             "Movements recorded from the payment processor, by their state now.",

@@ -10,11 +10,15 @@ sees it break. Three things stay here because import-linter cannot hold them:
   would be checked by nothing, so every package of the tree must be on it;
 - it never reads ``docs/house.json``: the drawing must show the contracts' parts on the
   contracts' floors, and the nevers it draws must hold in the import graph;
-- which app a management command belongs to is Django's registry, not an import.
+- which app a management command belongs to is Django's registry, not an import;
+- an import inside a function says why it is there (issue 41: only where start-up cost, an
+  import cycle or Django's app loading needs one), in a comment on its line or just above
+  its block of imports.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import tomllib
@@ -165,3 +169,70 @@ def test_the_operators_commands_and_admin_pages_live_in_ops():
     # the models keep their app: the pages keep their URLs and permission codenames
     assert reverse("admin:approvals_agent_changelist").endswith("/approvals/agent/")
     assert reverse("admin:rules_rule_yaml").endswith("/rules/rule/yaml/")
+
+
+def unexplained_function_imports(source: str) -> list[int]:
+    """Line numbers of imports inside a function with no comment on their line or just above
+    their block of imports (blank lines and the block's other imports in between)."""
+    lines = source.splitlines()
+    found = []
+    for function in ast.walk(ast.parse(source)):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(function):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            above = node.lineno - 1
+            while above > 0 and not lines[above - 1].lstrip().startswith("#"):
+                text = lines[above - 1].strip()
+                if (
+                    text
+                    and not text.startswith(("from ", "import ", ")"))
+                    and not text.endswith(",")
+                ):
+                    break
+                above -= 1
+            said = "#" in lines[node.lineno - 1] or (
+                above > 0 and lines[above - 1].lstrip().startswith("#")
+            )
+            if not said:
+                found.append(node.lineno)
+    return found
+
+
+def test_an_import_inside_a_function_says_why():
+    packages = {path.parent for path in ROOT.glob("*/__init__.py")} - {
+        ROOT / name for name in NOT_APPS
+    }
+    unexplained = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for package in sorted(packages)
+        for path in sorted(package.rglob("*.py"))
+        if "migrations" not in path.parts
+        for line in unexplained_function_imports(path.read_text())
+    ]
+    assert not unexplained, f"imports inside functions with no reason given: {unexplained}"
+
+
+def test_the_reason_check_sees_an_unexplained_import_and_a_said_one():
+    source = """
+def quiet():
+    x = 1
+    from a import b
+
+    return b
+
+
+def said():
+    # a cycle: a imports this module
+    from a import b
+    from a import (
+        c,
+    )
+    return b, c
+
+
+def inline():
+    import a  # heavy: only the server needs it
+"""
+    assert unexplained_function_imports(source) == [4]

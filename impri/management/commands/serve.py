@@ -6,12 +6,14 @@ import gc
 import logging
 import re
 
+from daphne.endpoints import build_endpoint_description_strings
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from approvals import grants, services
-from impri import cli, eventloop, preflight, storage
+from impri import cli, eventloop, preflight, shutdown, storage
+from impri import ticker as embedded_ticker
 
 
 class Command(BaseCommand):
@@ -43,9 +45,6 @@ class Command(BaseCommand):
         from daphne.server import Server
         from twisted.internet import reactor
 
-        from impri import shutdown
-        from impri import ticker as embedded_ticker
-
         _tune_gc()
         if not no_migrate:
             call_command("migrate", interactive=False, verbosity=0)
@@ -57,6 +56,7 @@ class Command(BaseCommand):
         listening = Listening(self.stderr, host, port)
         listening.install()
         shutdown.install(reactor)
+        # The whole app (every view, the MCP SDK) once the reactor is in, as daphne's CLI does.
         from impri.asgi import application
 
         proxy = {}
@@ -147,8 +147,6 @@ def listen_endpoint(host: str, port: int, backlog: int) -> str:
     of agents (a fleet restarting, thousands of long-polls reconnecting) overflows it and
     the kernel drops their connection attempts until SYN retries land seconds later.
     """
-    from daphne.endpoints import build_endpoint_description_strings
-
     (endpoint,) = build_endpoint_description_strings(host=host, port=port)
     return f"{endpoint}:backlog={backlog}"
 
