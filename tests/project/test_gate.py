@@ -9,6 +9,7 @@ and `lint-imports` itself fails on a tree with an arrow back up.
 
 from __future__ import annotations
 
+import ast
 import copy
 import importlib.metadata
 import os
@@ -280,3 +281,33 @@ def test_the_graph_counts_lazy_and_relative_imports(tmp_path, monkeypatch):
     probe = grimp.build_graph("floorprobe", cache_dir=None)
     assert probe.direct_import_exists(importer="floorprobe.low", imported="floorprobe.high.api")
     assert probe.direct_import_exists(importer="floorprobe.middle", imported="floorprobe.high.api")
+
+
+def module_names_defined_twice(source: str) -> list[str]:
+    """Names a module defines twice at its top level with ``def`` or ``class``: the first
+    definition is lost (for a test, never collected)."""
+    seen: set[str] = set()
+    twice = []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            if node.name in seen:
+                twice.append(node.name)
+            seen.add(node.name)
+    return twice
+
+
+def test_no_test_module_defines_a_name_twice():
+    # ruff's F811 (a redefinition) is off in the browser tests, which take the fixtures they
+    # import from tests/browser.py as arguments of the same name; this keeps what it caught
+    # there, and everywhere: a second test of one name silently replaces the first.
+    twice = {
+        str(path.relative_to(ROOT)): names
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        if (names := module_names_defined_twice(path.read_text()))
+    }
+    assert twice == {}
+
+
+def test_the_twice_check_sees_a_test_defined_twice():
+    source = "def test_a():\n    pass\n\n\nclass B:\n    pass\n\n\ndef test_a():\n    pass\n"
+    assert module_names_defined_twice(source) == ["test_a"]
